@@ -1,0 +1,1 @@
+"""The bookie: config, journal, ledger index, ledger storage, server and handlers."""

@@ -1,0 +1,1 @@
+"""BookKeeper client: digests, ledger handles, quorum writes, recovery, write-close."""

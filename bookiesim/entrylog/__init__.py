@@ -1,0 +1,1 @@
+"""Entry log files: format, writer, reader, scanner, id allocation and log managers."""

@@ -1,0 +1,1 @@
+"""Garbage collection and compaction of entry logs."""

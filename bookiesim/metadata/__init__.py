@@ -1,0 +1,1 @@
+"""Metadata store: one interface, SQLite and ZooKeeper backends."""

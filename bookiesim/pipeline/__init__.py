@@ -1,0 +1,1 @@
+"""PySpark data source for entry logs and the analysis jobs."""

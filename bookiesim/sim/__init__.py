@@ -1,0 +1,1 @@
+"""Local cluster, workloads, simulation, benchmarks and the ``bookiesim`` CLI."""
