@@ -1,0 +1,87 @@
+"""Raw-disk baselines measured in the same run as the figure they are compared with."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A measured throughput: ``count`` operations moving ``nbytes`` in ``seconds``."""
+
+    count: int
+    nbytes: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
+
+
+def drop_page_cache(path: Path) -> None:
+    """Ask the kernel to forget a file's cached pages so a read measures the disk path.
+
+    Only clean pages can be dropped, so callers fsync first. Reads that follow may still be
+    served from a device cache; the point is that raw read and the scan it is compared with
+    see the same conditions.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def raw_sequential_write(path: Path, total_bytes: int, chunk: int = CHUNK) -> Rate:
+    """Plain ``write`` calls of ``chunk`` bytes and one final fsync: the ceiling for a log."""
+    block = os.urandom(chunk)
+    written = 0
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while written < total_bytes:
+            written += os.write(fd, block[: min(chunk, total_bytes - written)])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return Rate(written // chunk or 1, written, time.perf_counter() - start)
+
+
+def raw_sequential_read(path: Path, chunk: int = CHUNK) -> Rate:
+    """Read a whole file in ``chunk``-byte reads after dropping it from the page cache."""
+    drop_page_cache(path)
+    total = 0
+    reads = 0
+    start = time.perf_counter()
+    with path.open("rb", buffering=0) as f:
+        while True:
+            data = f.read(chunk)
+            if not data:
+                break
+            total += len(data)
+            reads += 1
+    return Rate(reads, total, time.perf_counter() - start)
+
+
+def raw_fdatasync_rate(path: Path, count: int = 2000, size: int = 1024) -> Rate:
+    """Appends of ``size`` bytes each followed by fdatasync: the disk's durable-write ceiling."""
+    block = os.urandom(size)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, block)
+            os.fdatasync(fd)
+        seconds = time.perf_counter() - start
+    finally:
+        os.close(fd)
+    return Rate(count, count * size, seconds)
