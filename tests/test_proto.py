@@ -15,12 +15,7 @@ def test_add_request_matches_reference_appendix_frame() -> None:
     # Reference appendix A: the v3 AddRequest for "hello", entry 0 of ledger 1, empty password.
     key = bytes.fromhex("850bf1071c5e3d8c24235676f8816ae0cbe2f14f")
     body = bytes.fromhex(
-        "0000000000000001"
-        "0000000000000000"
-        "ffffffffffffffff"
-        "0000000000000005"
-        "e3a5f74d"
-        "68656c6c6f"
+        "00000000000000010000000000000000ffffffffffffffff0000000000000005e3a5f74d68656c6c6f"
     )
     req = bk.Request(
         header=bk.BKPacketHeader(version=bk.VERSION_THREE, operation=bk.ADD_ENTRY, txnId=1),
@@ -66,7 +61,6 @@ def test_open_ledger_info_bytes_match_reference() -> None:
 
 
 def test_ledger_info_properties_is_field_six() -> None:
-    info = ml.ManagedLedgerInfo.LedgerInfo(
-        ledgerId=1, properties=[ml.KeyValue(key="k", value="v")]
-    )
-    assert info.SerializeToString() == bytes.fromhex("0801") + bytes.fromhex("3206") + bytes.fromhex("0a016b120176")
+    info = ml.ManagedLedgerInfo.LedgerInfo(ledgerId=1, properties=[ml.KeyValue(key="k", value="v")])
+    # ledgerId (08 01), then field 6 length-delimited (32 06) holding KeyValue{k, v}
+    assert info.SerializeToString() == bytes.fromhex("080132060a016b120176")

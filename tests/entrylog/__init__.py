@@ -1,0 +1,1 @@
+"""Tests of ``bookiesim.entrylog``: entry log files byte-compatible with upstream V1."""
