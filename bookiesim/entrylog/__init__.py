@@ -1,1 +1,50 @@
-"""Entry log files: format, writer, reader, scanner, id allocation and log managers."""
+"""Entry log files, byte-compatible with upstream BookKeeper's ``DefaultEntryLogger`` (V1).
+
+* :mod:`.format` — header, records, locations, ledgers map; bytes only, no I/O.
+* :mod:`.writer` — :class:`EntryLogWriter`, one log being written (buffered, sealable).
+* :mod:`.reader` — :class:`EntryLogReader` and :func:`read_entry`: entries by location.
+* :mod:`.scanner` — :func:`scan_entry_log`: streaming scan with upstream's tolerance rules.
+* :mod:`.metadata` — :class:`EntryLogMetadata` from the ledgers map or by scanning.
+* :mod:`.allocator` — :class:`EntryLogIdAllocator`: ``lastId``, recovery, wrap-around.
+* :mod:`.recent_logs` — ``leastUnflushedLogId``: which logs are flushed and closed.
+"""
+
+from bookiesim.entrylog.allocator import EntryLogIdAllocator
+from bookiesim.entrylog.format import EntryLogFormatError, LogHeader, make_location, split_location
+from bookiesim.entrylog.metadata import (
+    EntryLogMetadata,
+    extract_by_scanning,
+    extract_from_ledgers_map,
+    extract_metadata,
+)
+from bookiesim.entrylog.reader import (
+    EntryLogReader,
+    EntryReadError,
+    LogSource,
+    read_entry,
+    read_entry_by_location,
+)
+from bookiesim.entrylog.scanner import ScannedRecord, ScanSummary, scan_entry_log
+from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter
+
+__all__ = [
+    "EntryLogFormatError",
+    "EntryLogFullError",
+    "EntryLogIdAllocator",
+    "EntryLogMetadata",
+    "EntryLogReader",
+    "EntryLogWriter",
+    "EntryReadError",
+    "LogHeader",
+    "LogSource",
+    "ScanSummary",
+    "ScannedRecord",
+    "extract_by_scanning",
+    "extract_from_ledgers_map",
+    "extract_metadata",
+    "make_location",
+    "read_entry",
+    "read_entry_by_location",
+    "scan_entry_log",
+    "split_location",
+]

@@ -1,0 +1,362 @@
+"""Writing one entry log: upstream's ``BufferedLogChannel``.
+
+A writer owns one new ``<dir>/<hex id>.log``. Records are copied into a fixed in-memory write
+buffer (``writeBufferSizeBytes``, 64 KiB by default) that reaches the OS in one ``write`` call
+each time it fills, on :meth:`EntryLogWriter.flush` and before sealing — upstream's
+``BufferedChannel`` design. Nothing is fsynced unless asked (:meth:`EntryLogWriter.fsync`, or
+``unpersisted_bytes_bound`` as upstream's ``flushEntrylogBytes``). The header itself starts in
+the buffer, as upstream: a freshly created log is a 0-byte file until its first flush.
+
+The per-entry path is deliberately small (a copy into the buffer, a dict update, a few
+comparisons): the bookie's add path pays it for every entry. A writer belongs to one thread
+(one trio task at a time); only :meth:`EntryLogWriter.sync_flushed` may run elsewhere, so
+that fsyncs can go to a worker thread.
+
+Write errors: an ``OSError`` from a write leaves the file holding every earlier entry (in the
+file or still in the buffer, where reads find it) and possibly a torn start of the entry being
+appended. The writer then refuses appends and sealing; it can still be read, flushed and
+closed, and its log scans like a crashed one. The caller rotates to a new log.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+
+from bookiesim.entrylog.format import (
+    LEDGERS_MAP_OFFSET_POSITION,
+    MAX_LOG_SIZE,
+    MIN_SANE_ENTRY_SIZE,
+    LogHeader,
+    encode_ledgers_map,
+    log_file_name,
+)
+
+__all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter"]
+
+DEFAULT_WRITE_BUFFER_SIZE = 65536
+"""Upstream's ``writeBufferSizeBytes`` default."""
+
+_PAGE = 4096
+_SIZE = struct.Struct(">i").pack
+_PUT_SIZE = struct.Struct(">i").pack_into
+_LEDGER_ID = struct.Struct(">q").unpack_from
+
+
+class EntryLogFullError(Exception):
+    """The entry would push the log past ``MAX_LOG_SIZE``; the caller must roll the log."""
+
+
+class EntryLogWriter:
+    """Append-only writer of one entry log, readable while it is being written.
+
+    ::
+
+        w = EntryLogWriter(directory, log_id)         # creates <directory>/<hex>.log
+        location = w.append(body)                     # (log_id << 32) | pos
+        w.read_at(pos, n)                             # sees buffered bytes too
+        w.append_ledgers_map(); w.fsync(); w.close()  # seal, persist, close
+    """
+
+    __slots__ = (
+        "_align",
+        "_buf",
+        "_capacity",
+        "_closed",
+        "_failed",
+        "_fd",
+        "_file_pos",
+        "_fill",
+        "_header",
+        "_ledgers",
+        "_limit",
+        "_log_id",
+        "_path",
+        "_persisted",
+        "_sealed",
+        "_unpersisted_bound",
+    )
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        log_id: int,
+        *,
+        write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
+        unpersisted_bytes_bound: int = 0,
+    ) -> None:
+        """Create ``<directory>/<hex log_id>.log``; it must not exist yet.
+
+        ``unpersisted_bytes_bound > 0`` fsyncs whenever that many bytes were appended since
+        the last fsync (upstream ``flushEntrylogBytes``).
+        """
+        if write_buffer_size <= 0:
+            raise ValueError(f"write buffer size must be positive, not {write_buffer_size}")
+        self._path = Path(directory) / log_file_name(log_id)
+        self._log_id = log_id
+        self._capacity = write_buffer_size
+        self._align = _PAGE if write_buffer_size >= 2 * _PAGE else 1
+        self._unpersisted_bound = unpersisted_bytes_bound
+        # O_EXCL: never overwrite a log (the allocator skips existing ids; this makes sure).
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._closed = False
+        self._sealed = False
+        self._failed: OSError | None = None
+        self._header = LogHeader()
+        self._buf = bytearray(write_buffer_size)
+        self._fill = 0  # bytes of _buf in use
+        self._limit = write_buffer_size  # the buffer is written out when _fill reaches this
+        self._file_pos = 0  # bytes handed to the OS
+        self._persisted = 0  # position known to be durable (fsynced)
+        self._ledgers: dict[int, int] = {}
+        self._copy_in(self._header.encode())
+
+    # ---------------------------------------------------------------- introspection
+
+    @property
+    def log_id(self) -> int:
+        return self._log_id
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def position(self) -> int:
+        """Logical end of the log: bytes handed to the OS plus bytes still buffered."""
+        return self._file_pos + self._fill
+
+    def size(self) -> int:
+        """Same as :attr:`position` (the log-source protocol of the reader and scanner)."""
+        return self._file_pos + self._fill
+
+    @property
+    def unpersisted_bytes(self) -> int:
+        """Bytes appended (header and ledgers map included) since the last fsync."""
+        return self._file_pos + self._fill - self._persisted
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes not yet handed to the OS."""
+        return self._fill
+
+    @property
+    def ledger_sizes(self) -> Mapping[int, int]:
+        """Ledger id -> bytes in this log (sum of ``size + 4`` over its entries), read-only."""
+        return MappingProxyType(self._ledgers)
+
+    @property
+    def header(self) -> LogHeader:
+        """The header as it is (or will be) on disk."""
+        return self._header
+
+    @property
+    def sealed(self) -> bool:
+        """True once the ledgers map was appended; no more entries are accepted."""
+        return self._sealed
+
+    @property
+    def failed(self) -> OSError | None:
+        """The write error that stopped this writer, if any (see the module docstring)."""
+        return self._failed
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        if self._closed:
+            state = "closed"
+        elif self._failed:
+            state = "failed"
+        else:
+            state = "sealed" if self._sealed else "open"
+        return f"<EntryLogWriter {self._path} {state} position={self.position}>"
+
+    # ---------------------------------------------------------------- writing
+
+    def append(self, body: bytes) -> int:
+        """Append one entry; return its location ``(log_id << 32) | pos``.
+
+        ``body`` is the entry as the client packaged it: its first 8 bytes are the ledger id,
+        which keys the per-ledger byte count. Raises ``ValueError`` for a body shorter than
+        16 bytes or with a negative ledger id (the ledgers map and the scanner reserve
+        negative ids), ``EntryLogFullError`` if the log would pass ``MAX_LOG_SIZE``.
+        """
+        if self._sealed or self._closed or self._failed:
+            raise ValueError(f"{self!r} does not accept entries")
+        n = len(body)
+        if n < MIN_SANE_ENTRY_SIZE:
+            raise ValueError(f"entry of {n} bytes is shorter than {MIN_SANE_ENTRY_SIZE}")
+        (ledger_id,) = _LEDGER_ID(body)
+        if ledger_id < 0:
+            raise ValueError(f"entry has negative ledger id {ledger_id}")
+        fill = self._fill
+        pos = self._file_pos + fill + 4
+        if pos + n > MAX_LOG_SIZE:
+            raise EntryLogFullError(
+                f"{self._path}: entry of {n} bytes at {pos} would pass {MAX_LOG_SIZE} bytes"
+            )
+        ledgers = self._ledgers
+        ledgers[ledger_id] = ledgers.get(ledger_id, 0) + n + 4
+        end = fill + 4 + n
+        if end < self._limit:
+            buf = self._buf
+            _PUT_SIZE(buf, fill, n)
+            buf[fill + 4 : end] = body
+            self._fill = end
+        else:
+            try:
+                self._copy_in(_SIZE(n))
+                self._copy_in(body)
+            except OSError as e:
+                self._failed = e
+                raise
+        if self._unpersisted_bound > 0 and pos + n - self._persisted >= self._unpersisted_bound:
+            self.fsync()
+        return (self._log_id << 32) | pos
+
+    # Why a fixed buffer written whole: measured here (2 cores, 64 KiB entries), writing
+    # full 64 KiB buffers at page-aligned offsets costs ~15 us per entry against ~13.5 us
+    # for raw 64 KiB writes, while handing each body to writev() uncopied (with the 4-byte
+    # size in front, so at unaligned offsets) cost ~20 us: the copy is cheaper than the
+    # misaligned write. After a partial flush the next buffer is cut short so that full
+    # writes end on a page boundary again.
+
+    def _copy_in(self, data: bytes) -> None:
+        """Copy ``data`` into the buffer, writing the buffer out each time it fills."""
+        buf = self._buf
+        with memoryview(data) as view:
+            off = 0
+            total = len(view)
+            while off < total:
+                fill = self._fill
+                k = min(self._limit - fill, total - off)
+                if k > 0:
+                    buf[fill : fill + k] = view[off : off + k]
+                    self._fill = fill + k
+                    off += k
+                if self._fill >= self._limit:
+                    self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        """Hand the buffered bytes to the OS; on an error keep what was not written."""
+        buf = self._buf
+        fill = self._fill
+        written = 0
+        try:
+            with memoryview(buf) as view:
+                while written < fill:
+                    written += os.write(self._fd, view[written:fill])
+        finally:
+            if written:
+                self._file_pos += written
+                if written < fill:
+                    buf[: fill - written] = buf[written:fill]
+                self._fill = fill - written
+                self._limit = self._capacity - self._file_pos % self._align
+
+    def flush(self) -> None:
+        """Hand buffered bytes to the OS (no fsync)."""
+        self._check_open()
+        if self._fill:
+            self._write_buffer()
+
+    def fsync(self, *, metadata: bool = True) -> None:
+        """Flush, then ``fsync`` (``fdatasync`` when ``metadata`` is False)."""
+        self.flush()
+        self.mark_persisted(self.sync_flushed(metadata=metadata))
+
+    def sync_flushed(self, *, metadata: bool = True) -> int:
+        """``fsync`` what was already flushed; return the position now durable.
+
+        Touches neither the buffer nor the counters, so it may run in a worker thread
+        (``trio.to_thread.run_sync``) while the owning thread keeps appending and flushing;
+        the owner then calls :meth:`mark_persisted` with the result. The owner must not
+        :meth:`close` the writer while such a call is in flight.
+        """
+        durable = self._file_pos
+        if metadata:
+            os.fsync(self._fd)
+        else:
+            os.fdatasync(self._fd)
+        return durable
+
+    def mark_persisted(self, position: int) -> None:
+        """Record that everything before ``position`` is durable (see :meth:`sync_flushed`)."""
+        self._persisted = max(self._persisted, position)
+
+    def append_ledgers_map(self) -> LogHeader:
+        """Seal the log: append its ledgers map and patch the header; return the new header.
+
+        Upstream's ``appendLedgersMap``: the map batches are written at the current end, the
+        channel is flushed so that the map is in the file before the header points at it,
+        then bytes 8..20 get (offset, count) by a positional write. A log without entries
+        gets no map and a header of (offset = end, count = 0). Nothing is fsynced.
+        """
+        self._check_open()
+        if self._sealed:
+            raise ValueError(f"{self!r} already has its ledgers map")
+        if self._failed:
+            raise ValueError(f"{self!r} cannot be sealed after a write error")
+        self.flush()
+        offset = self.position
+        self._copy_in(encode_ledgers_map(self._ledgers))
+        self.flush()
+        header = LogHeader(
+            version=self._header.version,
+            ledgers_map_offset=offset,
+            ledgers_count=len(self._ledgers),
+        )
+        os.pwrite(self._fd, header.encode_map_patch(), LEDGERS_MAP_OFFSET_POSITION)
+        self._header = header
+        self._sealed = True
+        return header
+
+    def close(self) -> None:
+        """Flush buffered bytes to the OS and close the file (no fsync). Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            os.close(self._fd)
+
+    def __enter__(self) -> EntryLogWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- reading
+
+    def read_at(self, pos: int, n: int) -> bytes:
+        """Up to ``n`` bytes from offset ``pos``, whether still buffered or in the file.
+
+        Fewer than ``n`` bytes come back only at the end of the log.
+        """
+        self._check_open()
+        if pos < 0 or n < 0:
+            raise ValueError(f"cannot read {n} bytes at {pos}")
+        file_end = self._file_pos
+        fill = self._fill
+        if pos >= file_end:
+            start = min(pos - file_end, fill)
+            return bytes(self._buf[start : min(start + n, fill)])
+        head = os.pread(self._fd, min(n, file_end - pos), pos)
+        if len(head) < n and pos + len(head) == file_end:
+            return head + self._buf[: min(n - len(head), fill)]
+        return head
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
