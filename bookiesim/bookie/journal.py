@@ -1,0 +1,535 @@
+"""Journal files: writing ``<journalDir>/current/<hex id>.txn``, scanning and replaying them.
+
+Why this module exists: it is the I/O edge around ``journal_format`` (which owns every byte
+rule). The writer is shaped for group commit, the one thing that makes a journal fast: many
+records are appended to an in-memory buffer, one ``flush()`` hands them to the OS in a single
+``pwrite`` (padding the file to a sector boundary, as upstream V5+ does), and one ``fsync()``
+makes the whole group durable. Per record the writer only appends bytes to a ``bytearray``;
+the server decides when to flush and sync (``journalMaxGroupWaitMSec`` and friends).
+
+Upstream behaviours kept here (fact sheet §6):
+
+* File ids: the first new file of a process is ``highest existing id + 1``, or
+  ``now in ms + 1`` when the directory holds no journal; each roll takes the next id.
+* A new file gets its header, is extended with zeros to ``journalPreAllocSizeMB`` and is
+  fsynced before any record goes in; it is extended by the same amount whenever a flush
+  would cross the end. A reader then stops at the first zero length instead of needing the
+  file size. (Like upstream we extend by writing one sector of zeros at the new end, which
+  leaves a sparse hole that reads as zeros. Unlike upstream, a new file is prepared under a
+  temporary name and linked into place, and the directory is fsynced, so a crash can
+  neither leave a ``.txn`` with a torn header nor lose a new file's name.)
+* Roll when the flushed position exceeds ``journalMaxSizeMB``; the caller checks
+  ``needs_roll`` after a sync, as upstream's journal thread does.
+* Replay starts at the checkpoint mark; journals older than the mark are deleted, keeping
+  ``maxBackupJournals``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import struct
+import time
+from collections.abc import Callable, Generator, Iterable
+from types import TracebackType
+from typing import Final, NamedTuple
+
+from bookiesim.bookie.journal_format import (
+    ALIGNMENT,
+    CURRENT_VERSION,
+    END,
+    MAX_RECORD_SIZE,
+    NEED_DATA,
+    VERSION_HEADER_SIZE,
+    DataRecord,
+    JournalDecoder,
+    JournalFormatError,
+    JournalRecord,
+    encode_header,
+    encode_record,
+    padding,
+    parse_header,
+)
+from bookiesim.bookie.log_mark import LogMark
+
+__all__ = [
+    "DEFAULT_MAX_BACKUP_JOURNALS",
+    "DEFAULT_MAX_SIZE",
+    "DEFAULT_PREALLOC_SIZE",
+    "JournalReplay",
+    "JournalScan",
+    "JournalWriter",
+    "MissingJournalError",
+    "ReplayedRecord",
+    "delete_old_journals",
+    "journal_current_dir",
+    "journal_file_name",
+    "list_journal_ids",
+    "read_journal",
+    "replay",
+]
+
+MIB: Final = 1024 * 1024
+DEFAULT_PREALLOC_SIZE: Final = 16 * MIB  # journalPreAllocSizeMB
+DEFAULT_MAX_SIZE: Final = 2048 * MIB  # journalMaxSizeMB
+DEFAULT_MAX_BACKUP_JOURNALS: Final = 5  # maxBackupJournals
+DEFAULT_READ_CHUNK: Final = 1 * MIB
+_SUFFIX: Final = ".txn"
+_U64: Final = 1 << 64
+# Bound method of a precompiled Struct: the cheapest way to encode a length per record.
+_pack_int: Final = struct.Struct(">i").pack
+
+
+def journal_current_dir(journal_dir: str | os.PathLike[str]) -> str:
+    """``<journalDir>/current``, where the ``.txn`` files live."""
+    return os.path.join(os.fspath(journal_dir), "current")
+
+
+def journal_file_name(file_id: int) -> str:
+    """``<hex id>.txn`` with Java's ``Long.toHexString`` spelling (lower case, unsigned)."""
+    return f"{file_id % _U64:x}{_SUFFIX}"
+
+
+def _parse_file_name(name: str) -> int | None:
+    if not name.endswith(_SUFFIX):
+        return None
+    stem = name[: -len(_SUFFIX)]
+    if not 0 < len(stem) <= 16 or stem.strip("0123456789abcdefABCDEF"):
+        return None
+    value = int(stem, 16)
+    return value - _U64 if value >= 1 << 63 else value
+
+
+def list_journal_ids(journal_dir: str | os.PathLike[str]) -> list[int]:
+    """Ids of the ``<hex>.txn`` files in ``<journal_dir>/current``, ascending.
+
+    Other names are ignored (upstream would fail on a non-hex ``.txn`` name; an editor's
+    stray file is no reason to refuse to start). A missing directory has no journals.
+    """
+    try:
+        names = os.listdir(journal_current_dir(journal_dir))
+    except FileNotFoundError:
+        return []
+    ids = [i for i in map(_parse_file_name, names) if i is not None]
+    ids.sort()
+    return ids
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+    n = os.pwrite(fd, data, offset)
+    if n == len(data):
+        return  # the usual case for a regular file: no memoryview, so nothing stays exported
+    with memoryview(data) as view:
+        while n < len(view):
+            n += os.pwrite(fd, view[n:], offset + n)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class JournalWriter:
+    """Appends records to the journal of one journal directory, rolling files as they fill.
+
+    Not thread-safe, with one deliberate exception: ``fsync()`` may run in a worker thread
+    (``trio.to_thread.run_sync``) while the owner keeps calling ``append()`` and ``flush()``,
+    because it only touches the file descriptor and a snapshot of ``flushed_position``.
+    ``roll()`` and ``close()`` must not overlap an ``fsync()``.
+
+    An ``OSError`` from ``flush()`` or ``fsync()`` (disk full, I/O error) leaves the file in
+    an unknown state: like upstream, whose journal thread dies on it, the owner must stop
+    acknowledging and close the writer rather than retry.
+    """
+
+    def __init__(
+        self,
+        journal_dir: str | os.PathLike[str],
+        *,
+        prealloc_size: int = DEFAULT_PREALLOC_SIZE,
+        max_size: int = DEFAULT_MAX_SIZE,
+        alignment: int = ALIGNMENT,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        if alignment < 8 or alignment % 8:
+            raise ValueError(f"alignment {alignment} must be a positive multiple of 8")
+        if prealloc_size < alignment:
+            raise ValueError(f"prealloc_size {prealloc_size} is below the alignment {alignment}")
+        self.journal_dir = os.fspath(journal_dir)
+        self.current_dir = journal_current_dir(journal_dir)
+        self.prealloc_size = prealloc_size
+        self.max_size = max_size
+        self.alignment = alignment
+        os.makedirs(self.current_dir, exist_ok=True)
+        existing = list_journal_ids(journal_dir)
+        # Upstream Journal.run: start from the newest journal on disk, else from the clock.
+        self._last_id = existing[-1] if existing else now_ms()
+        self._buf = bytearray()
+        self._fd = -1
+        self.file_id = 0
+        self.path = ""
+        self.flushed_position = 0
+        self.synced_mark = LogMark(0, 0)
+        self._prealloc_end = 0
+        self._zeros = bytes(alignment)
+        self._open_next()
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        """Offset in the current file where the next appended record will start."""
+        return self.flushed_position + len(self._buf)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes appended but not yet flushed (for ``journalBufferedWritesThreshold``)."""
+        return len(self._buf)
+
+    @property
+    def needs_roll(self) -> bool:
+        """The current file is over ``max_size``: the owner should ``roll()`` after a sync."""
+        return self.flushed_position > self.max_size
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    # -- writing ------------------------------------------------------------------------
+
+    def append(self, records: Iterable[JournalRecord]) -> int:
+        """Buffer ``records`` in order; return the offset just past the last of them.
+
+        Nothing reaches the OS until ``flush()``. A record is durable once a ``fsync()``
+        that started after the ``flush()`` covering it returns, i.e. once
+        ``synced_mark >= LogMark(file_id, returned offset)``.
+        """
+        if self._fd < 0:
+            raise ValueError("journal writer is closed")
+        buf = self._buf
+        pack = _pack_int
+        for rec in records:
+            # Entries are nearly every record: inline their encoding (length + body) to
+            # keep the per-add cost to two bytearray appends.
+            if type(rec) is DataRecord:
+                body = rec.body
+                buf += pack(len(body))
+                buf += body
+            else:
+                buf += encode_record(rec)
+        return self.flushed_position + len(buf)
+
+    def flush(self) -> int:
+        """Pad to the sector boundary and hand the buffer to the OS in one write.
+
+        Returns the new ``flushed_position``. A no-op when nothing is buffered (the file is
+        then already aligned: the header and every earlier flush end on a boundary).
+        """
+        if self._fd < 0:
+            raise ValueError("journal writer is closed")
+        buf = self._buf
+        if not buf:
+            return self.flushed_position
+        buf += padding(self.flushed_position + len(buf), self.alignment)
+        end = self.flushed_position + len(buf)
+        if end > self._prealloc_end:
+            chunks = -(-(end - self._prealloc_end) // self.prealloc_size)
+            self._extend(self._prealloc_end + chunks * self.prealloc_size)
+        _pwrite_all(self._fd, buf, self.flushed_position)
+        # Publish the new position only after the bytes are in the OS, so that a concurrent
+        # fsync() never claims more than it can make durable.
+        self.flushed_position = end
+        buf.clear()
+        return end
+
+    def fsync(self) -> LogMark:
+        """Make everything flushed so far durable (fdatasync); return that position.
+
+        The returned mark is what upstream calls ``lastLogMark``: the position a checkpoint
+        may persist once ledger storage holds everything before it.
+        """
+        fd = self._fd
+        if fd < 0:
+            raise ValueError("journal writer is closed")
+        mark = LogMark(self.file_id, self.flushed_position)
+        # fdatasync is enough: preallocation keeps the size constant between extensions,
+        # and when an extension did change it, fdatasync still flushes the size because
+        # the data cannot be read back without it.
+        os.fdatasync(fd)
+        if mark > self.synced_mark:
+            self.synced_mark = mark
+        return mark
+
+    def roll(self) -> LogMark:
+        """Flush, sync and close the current file, then open the next id.
+
+        Returns the synced end of the closed file.
+        """
+        self.flush()
+        mark = self.fsync()
+        os.close(self._fd)
+        self._fd = -1
+        self._open_next()
+        return mark
+
+    def close(self, *, sync: bool = True) -> None:
+        """Flush what is buffered, fsync unless ``sync=False``, and close. Idempotent."""
+        if self._fd < 0:
+            return
+        try:
+            self.flush()
+            if sync:
+                self.fsync()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- files --------------------------------------------------------------------------
+
+    def _open_next(self) -> None:
+        file_id = self._last_id + 1
+        path = os.path.join(self.current_dir, journal_file_name(file_id))
+        # The file is born complete: header and preallocation are written and fsynced under
+        # a temporary name, then linked to its real name. A crash during creation therefore
+        # never leaves a .txn with a torn header, which no reader could tell from junk.
+        tmp = path + ".tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a crash during an earlier creation of this id
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            header = encode_header(CURRENT_VERSION)
+            _pwrite_all(fd, header, 0)
+            self._fd = fd
+            self._prealloc_end = 0
+            self._extend(max(self.prealloc_size, len(header)))
+            os.fsync(fd)  # once per file, with metadata (upstream forceWrite(true))
+            # link, not rename: it fails if the name exists. A journal is never reopened for
+            # writing; a collision is a bug or a second bookie on this directory.
+            os.link(tmp, path)
+            os.unlink(tmp)
+            _fsync_dir(self.current_dir)  # the name survives a crash before the first sync
+        except BaseException:
+            os.close(fd)
+            self._fd = -1
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._last_id = file_id
+        self.file_id = file_id
+        self.path = path
+        self.flushed_position = len(header)
+        self.synced_mark = max(self.synced_mark, LogMark(file_id, len(header)))
+
+    def _extend(self, new_end: int) -> None:
+        # One sector of zeros ending at new_end: the file grows to new_end as a sparse hole
+        # that reads back as zeros, i.e. as the "length 0 = end of journal" a reader expects.
+        _pwrite_all(self._fd, self._zeros, new_end - len(self._zeros))
+        self._prealloc_end = new_end
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+class JournalScan:
+    """Iterator over ``(offset, record)`` of one journal file, reading it in chunks.
+
+    After exhaustion: ``version`` is the file's format version, ``end_offset`` where its
+    valid records end, and ``torn`` whether a partly written record follows them. Raises
+    ``JournalFormatError`` (naming the file) on bytes that are not a journal.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        start_offset: int = 0,
+        *,
+        chunk_size: int = DEFAULT_READ_CHUNK,
+        max_record_size: int = MAX_RECORD_SIZE,
+    ) -> None:
+        if start_offset < 0:
+            raise ValueError(f"start_offset {start_offset} is negative")
+        self.path = os.fspath(path)
+        self.start_offset = start_offset
+        self.chunk_size = chunk_size
+        self.max_record_size = max_record_size
+        self.version: int | None = None
+        self.end_offset: int | None = None
+        self.torn = False
+        self._it = self._scan()
+
+    def __iter__(self) -> JournalScan:
+        return self
+
+    def __next__(self) -> tuple[int, JournalRecord]:
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stop early and close the file."""
+        self._it.close()
+
+    def _scan(self) -> Generator[tuple[int, JournalRecord], None, None]:
+        try:
+            with open(self.path, "rb", buffering=0) as f:
+                yield from self._scan_file(f)
+        except JournalFormatError as e:
+            raise e.with_path(self.path) from None
+
+    def _scan_file(self, f: io.FileIO) -> Generator[tuple[int, JournalRecord], None, None]:
+        if self.start_offset == 0:
+            dec = JournalDecoder(max_record_size=self.max_record_size)
+        else:
+            version = parse_header(f.read(VERSION_HEADER_SIZE) or b"")
+            dec = JournalDecoder(
+                version=version, offset=self.start_offset, max_record_size=self.max_record_size
+            )
+            f.seek(self.start_offset)
+        self.version = dec.version
+        while True:
+            r = dec.next_record()
+            if r is NEED_DATA:
+                dec.receive_data(f.read(self.chunk_size) or b"")
+            elif r is END:
+                self.version = dec.version
+                self.end_offset = dec.end_offset
+                self.torn = dec.torn
+                return
+            else:
+                self.version = dec.version
+                yield dec.record_offset, r
+
+
+def read_journal(
+    path: str | os.PathLike[str],
+    start_offset: int = 0,
+    *,
+    chunk_size: int = DEFAULT_READ_CHUNK,
+    max_record_size: int = MAX_RECORD_SIZE,
+) -> JournalScan:
+    """Scan one journal file from ``start_offset`` (0 = just after its header).
+
+    Yields ``(offset of the record's length field, record)``; padding is skipped; a torn
+    tail ends the scan (see ``JournalScan.torn``). Never reads the whole file at once.
+    """
+    return JournalScan(path, start_offset, chunk_size=chunk_size, max_record_size=max_record_size)
+
+
+class MissingJournalError(FileNotFoundError):
+    """The journal a checkpoint mark points into is gone: replay cannot be complete."""
+
+
+class ReplayedRecord(NamedTuple):
+    file_id: int
+    offset: int
+    record: JournalRecord
+
+
+class JournalReplay:
+    """Iterator over every record after a checkpoint mark, across journal files.
+
+    After exhaustion, ``end_mark`` is the end of the valid records of the last journal (where
+    upstream sets the in-memory mark before its post-replay checkpoint), or the starting
+    mark when there was nothing to scan; ``torn`` lists the ids of files with a torn tail.
+    """
+
+    def __init__(
+        self,
+        journal_dir: str | os.PathLike[str],
+        mark: LogMark,
+        *,
+        chunk_size: int = DEFAULT_READ_CHUNK,
+        max_record_size: int = MAX_RECORD_SIZE,
+    ) -> None:
+        self.journal_dir = os.fspath(journal_dir)
+        self.mark = mark
+        ids = [i for i in list_journal_ids(journal_dir) if i >= mark.file_id]
+        # Upstream: "last log mark may be missed due to no sync up before" — with a real
+        # mark, its file must still exist, or the records between it and the next file
+        # would be skipped silently.
+        if mark.file_id > 0 and (not ids or ids[0] != mark.file_id):
+            raise MissingJournalError(
+                f"Recovery log {mark.file_id} ({journal_file_name(mark.file_id)}) is missing "
+                f"in {journal_current_dir(journal_dir)}"
+            )
+        self.journal_ids = ids
+        self.end_mark = mark
+        self.torn: list[int] = []
+        self._chunk_size = chunk_size
+        self._max_record_size = max_record_size
+        self._it = self._replay()
+
+    def __iter__(self) -> JournalReplay:
+        return self
+
+    def __next__(self) -> ReplayedRecord:
+        return next(self._it)
+
+    def _replay(self) -> Generator[ReplayedRecord, None, None]:
+        current = journal_current_dir(self.journal_dir)
+        for file_id in self.journal_ids:
+            start = self.mark.offset if file_id == self.mark.file_id else 0
+            scan = read_journal(
+                os.path.join(current, journal_file_name(file_id)),
+                start,
+                chunk_size=self._chunk_size,
+                max_record_size=self._max_record_size,
+            )
+            for offset, rec in scan:
+                yield ReplayedRecord(file_id, offset, rec)
+            assert scan.end_offset is not None
+            self.end_mark = LogMark(file_id, scan.end_offset)
+            if scan.torn:
+                self.torn.append(file_id)
+
+
+def replay(
+    journal_dir: str | os.PathLike[str],
+    mark: LogMark,
+    *,
+    chunk_size: int = DEFAULT_READ_CHUNK,
+    max_record_size: int = MAX_RECORD_SIZE,
+) -> JournalReplay:
+    """Records of the journals at or after ``mark`` (upstream ``BookieImpl.replay``).
+
+    Raises ``MissingJournalError`` ("Recovery log <id> is missing") at once if ``mark``
+    names a file that is gone, before yielding anything.
+    """
+    return JournalReplay(journal_dir, mark, chunk_size=chunk_size, max_record_size=max_record_size)
+
+
+def delete_old_journals(
+    journal_dir: str | os.PathLike[str],
+    mark: LogMark,
+    keep: int = DEFAULT_MAX_BACKUP_JOURNALS,
+) -> list[int]:
+    """After a checkpoint at ``mark``: delete journals older than it, keeping the ``keep``
+    newest of those as backups (upstream ``maxBackupJournals``). Returns the deleted ids.
+
+    Never touches ``mark.file_id`` or anything newer, so a running writer's file is safe.
+    """
+    older = [i for i in list_journal_ids(journal_dir) if i < mark.file_id]
+    doomed = older[: max(0, len(older) - keep)]
+    current = journal_current_dir(journal_dir)
+    for file_id in doomed:
+        # Already gone (a concurrent cleanup) is fine: the goal is reached.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(current, journal_file_name(file_id)))
+    return doomed
