@@ -1,0 +1,689 @@
+"""Index files are upstream's BKLE bytes, survive reopening, and never exceed the fd cap.
+
+Header bytes are compared with a layout built by hand from the reference (§2.8); hypothesis
+round-trips random ledgers through flush and reopen; a stateful machine drives the index
+against a dict model with a tiny descriptor cap and checks the invariants after every step;
+open descriptors are counted both from ``/proc/self/fd`` and at every ``os.open``/``os.close``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
+
+from bookiesim.bookie import ledger_index as li
+from bookiesim.bookie.ledger_index import (
+    HEADER_SIZE,
+    IndexFile,
+    IndexFormatError,
+    IndexHeader,
+    LedgerExistsError,
+    LedgerIndex,
+    NoSuchLedgerError,
+    decode_header,
+    encode_header,
+    index_path,
+)
+
+KEY = bytes.fromhex("850bf1071c5e3d8c24235676f8816ae0cbe2f14f")
+LAC_BLOB = struct.pack(">qq", 7, 41) + b"\x01\x02\x03\x04"  # ledgerId, lac, CRC32C digest
+
+ledger_ids = st.integers(min_value=0, max_value=2**63 - 1)
+locations = st.integers(min_value=1, max_value=2**63 - 1)
+keys = st.binary(max_size=64)
+lac_blobs = st.none() | st.binary(min_size=16, max_size=60)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def hand_built_header(key: bytes, state: int, lac: bytes | None, version: int = 1) -> bytes:
+    out = b"BKLE" + version.to_bytes(4, "big") + len(key).to_bytes(4, "big") + key
+    out += state.to_bytes(4, "big")
+    if version >= 1:
+        out += len(lac or b"").to_bytes(4, "big") + (lac or b"")
+    return out + b"\0" * (1024 - len(out))
+
+
+# -- layout -----------------------------------------------------------------------------------
+
+
+def test_index_path_layout() -> None:
+    assert index_path("/d", 0x1234ABCD) == Path("/d/current/ab/cd/1234abcd.idx")
+    assert index_path("/d", 5) == Path("/d/current/0/5/5.idx")
+    assert index_path("/d", 0x100) == Path("/d/current/1/0/100.idx")
+    with pytest.raises(ValueError, match="-1"):
+        index_path("/d", -1)
+
+
+def test_header_bytes_equal_hand_built_layout(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(7, KEY)
+    index.set_fenced(7)
+    index.set_explicit_lac(7, LAC_BLOB)
+    index.set_location(7, 0, (3 << 32) | 1028)
+    index.set_location(7, 2, (3 << 32) | 2000)
+    index.flush()
+    data = (tmp_path / "current/0/7/7.idx").read_bytes()
+    assert data[:HEADER_SIZE] == hand_built_header(KEY, 1, LAC_BLOB)
+    assert data[HEADER_SIZE:] == struct.pack(">qqq", (3 << 32) | 1028, 0, (3 << 32) | 2000)
+    # Spelled out once, byte by byte, for the reader:
+    assert data[:4] == b"BKLE"
+    assert data[4:8] == b"\0\0\0\x01"  # version
+    assert data[8:12] == b"\0\0\0\x14"  # key length 20
+    assert data[12:32] == KEY
+    assert data[32:36] == b"\0\0\0\x01"  # fenced
+    assert data[36:40] == b"\0\0\0\x14"  # explicit LAC length 20
+    assert data[40:60] == LAC_BLOB
+    assert data[60:1024] == bytes(964)
+
+
+def test_new_unfenced_ledger_header(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, b"")
+    index.flush()
+    assert (tmp_path / "current/0/1/1.idx").read_bytes() == hand_built_header(b"", 0, None)
+
+
+@given(key=keys, state=st.integers(min_value=-(2**31), max_value=2**31 - 1), lac=lac_blobs)
+def test_encode_decode_header(key: bytes, state: int, lac: bytes | None) -> None:
+    header = IndexHeader(key, state, lac)
+    data = encode_header(header)
+    assert data == hand_built_header(key, state & 0xFFFFFFFF, lac)
+    assert decode_header(data) == header
+
+
+def test_version_0_header_is_read_and_upgraded_when_a_lac_is_stored(tmp_path: Path) -> None:
+    path = index_path(tmp_path, 3)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(hand_built_header(b"key", 1, None, version=0) + struct.pack(">q", 99))
+    index = LedgerIndex([tmp_path])
+    assert index.get_master_key(3) == b"key"
+    assert index.is_fenced(3)
+    assert index.get_explicit_lac(3) is None
+    assert index.get_location(3, 0) == 99
+    index.set_explicit_lac(3, LAC_BLOB)
+    index.close()
+    assert path.read_bytes()[:HEADER_SIZE] == hand_built_header(b"key", 1, LAC_BLOB, version=1)
+
+
+def test_short_but_complete_header_is_accepted_like_upstream(tmp_path: Path) -> None:
+    # Upstream reads min(size, 1024) bytes and only fails if a field is cut off.
+    path = index_path(tmp_path, 4)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(hand_built_header(b"k", 0, None)[:21])
+    index = LedgerIndex([tmp_path])
+    assert index.get_master_key(4) == b"k"
+    assert index.last_entry_id(4) == -1
+    index.set_location(4, 1, 5000)
+    index.flush()
+    reopened = LedgerIndex([tmp_path])
+    assert list(reopened.entries(4)) == [(1, 5000)]
+
+
+# -- rejected files -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "offset", "message"),
+    [
+        (b"", 0, "not a BKLE index file: signature an empty file"),
+        (b"BK", 0, "signature 424b"),
+        (b"BKLG" + bytes(1020), 0, "signature 424b4c47"),
+        (b"BKLE\0\0", 4, "truncated header: version needs 4 bytes but the file ends at 6"),
+        (b"BKLE\0\0\0\x02" + bytes(1016), 4, "unsupported index header version 2"),
+        (b"BKLE\0\0\0\x01", 8, "truncated header: master key length needs 4 bytes"),
+        (b"BKLE\0\0\0\x01\0\0\0\x14" + KEY[:10], 8, "master key length 20 is invalid"),
+        (b"BKLE\0\0\0\x01\xff\xff\xff\xff", 8, "master key length -1 is invalid"),
+        (b"BKLE\0\0\0\x01\0\0\0\x01k\0\0", 13, "truncated header: state bits needs 4"),
+        (b"BKLE\0\0\0\x01\0\0\0\x00\0\0\0\0", 16, "explicit LAC length needs 4 bytes"),
+        (b"BKLE\0\0\0\x01\0\0\0\x00\0\0\0\0\0\0\0\x05" + bytes(1004), 16, "LAC length 5"),
+        (b"BKLE\0\0\0\x01\0\0\0\x00\0\0\0\0\0\0\0\x20" + bytes(10), 16, "LAC length 32"),
+    ],
+)
+def test_bad_headers_are_rejected_clearly(
+    tmp_path: Path, content: bytes, offset: int, message: str
+) -> None:
+    path = index_path(tmp_path, 9)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    before = open_fds()
+    index = LedgerIndex([tmp_path])
+    assert index.exists(9)  # the scan only looks at names
+    with pytest.raises(IndexFormatError) as info:
+        index.get_location(9, 0)
+    assert info.value.offset == offset
+    assert message in str(info.value)
+    assert str(path) in str(info.value)
+    assert f"(at offset {offset})" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert open_fds() == before  # the descriptor opened to read the header was closed
+    assert index.open_file_count == 0
+    index._check()
+
+
+# -- round trips ----------------------------------------------------------------------------
+
+
+@dataclass
+class Spec:
+    key: bytes
+    fenced: bool
+    lac: bytes | None
+    entries: dict[int, int]
+    later: dict[int, int]  # set after a first flush: overwrites and new entries
+
+
+entry_maps = st.dictionaries(st.integers(min_value=0, max_value=3000), locations)
+specs = st.builds(Spec, keys, st.booleans(), lac_blobs, entry_maps, entry_maps)
+
+
+@settings(max_examples=30)
+@given(
+    ledger_specs=st.dictionaries(ledger_ids, specs, max_size=4),
+    n_dirs=st.integers(min_value=1, max_value=3),
+    cap=st.integers(min_value=1, max_value=3),
+)
+def test_round_trip_through_flush_and_reopen(
+    tmp_path_factory: pytest.TempPathFactory,
+    ledger_specs: dict[int, Spec],
+    n_dirs: int,
+    cap: int,
+) -> None:
+    base = tmp_path_factory.mktemp("idx")
+    dirs = [base / f"d{i}" for i in range(n_dirs)]
+    index = LedgerIndex(dirs, max_open_files=cap)
+    expected: dict[int, dict[int, int]] = {}
+    for lid, spec in ledger_specs.items():
+        index.create_ledger(lid, spec.key)
+        for e, loc in spec.entries.items():
+            index.set_location(lid, e, loc)
+        expected[lid] = dict(spec.entries)
+    index.flush()
+    index._check()
+    for lid, spec in ledger_specs.items():
+        if spec.fenced:
+            assert index.set_fenced(lid)
+            assert not index.set_fenced(lid)
+        if spec.lac is not None:
+            index.set_explicit_lac(lid, spec.lac)
+        for e, loc in spec.later.items():
+            index.set_location(lid, e, loc)
+            expected[lid][e] = loc
+        # Reads merge memory and disk before any flush.
+        assert list(index.entries(lid)) == sorted(expected[lid].items())
+        index._check()
+    index.close()
+    index._check()
+    assert index.open_file_count == 0
+
+    reopened = LedgerIndex(dirs, max_open_files=cap)
+    assert reopened.ledger_ids() == sorted(ledger_specs)
+    for lid, spec in ledger_specs.items():
+        assert index_path(dirs[lid % n_dirs], lid).exists()
+        assert reopened.get_master_key(lid) == spec.key
+        assert reopened.is_fenced(lid) == spec.fenced
+        assert reopened.get_explicit_lac(lid) == spec.lac
+        assert list(reopened.entries(lid)) == sorted(expected[lid].items())
+        assert reopened.last_entry_id(lid) == max(expected[lid], default=-1)
+        for e in range(0, 3001, 97):
+            assert reopened.get_location(lid, e) == expected[lid].get(e, 0)
+        reopened._check()
+    reopened.close()
+
+
+def test_index_file_standalone(tmp_path: Path) -> None:
+    path = tmp_path / "x" / "current" / "0" / "1" / "1.idx"
+    f = IndexFile.create(path, 1, KEY)
+    assert not path.exists()  # created lazily by flush
+    f.set_location(5, 123)
+    assert f.get_location(5) == 123
+    assert f.get_location(4) == 0
+    assert f.last_entry_id() == 5
+    f.flush()
+    assert path.exists()
+    needs_sync = [f.needs_sync]
+    f.fsync()
+    needs_sync.append(f.needs_sync)
+    assert needs_sync == [True, False]
+    f.close()
+    f.set_location(6, 124)  # usable after close; reopens on flush
+    f.close()
+    needs_sync.append(f.needs_sync)  # written, closed, not yet synced
+    f.fsync()
+    needs_sync.append(f.needs_sync)
+    assert needs_sync == [True, False, True, False]
+    assert f.is_open  # fsync reopened the file to sync it
+    f.close()
+    g = IndexFile.open(path, 1)
+    assert list(g.entries()) == [(5, 123), (6, 124)]
+    assert g.last_entry_id() == 6
+    assert g.header == IndexHeader(KEY)
+    g._check()
+    g.close()
+    with pytest.raises(FileExistsError):
+        IndexFile.create(path, 1, KEY)
+
+
+def test_last_entry_id_scans_back_over_pages(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    index.set_location(1, 3, 10)
+    index.set_location(1, 5000, 11)
+    index.flush()
+    # Zero out entry 5000 behind the index's back, leaving the file size as is.
+    path = index_path(tmp_path, 1)
+    with path.open("r+b") as fh:
+        fh.seek(HEADER_SIZE + 8 * 5000)
+        fh.write(bytes(8))
+    reopened = LedgerIndex([tmp_path])
+    assert reopened.last_entry_id(1) == 3
+    assert list(reopened.entries(1)) == [(3, 10)]
+    reopened.set_location(1, 4, 12)
+    assert reopened.last_entry_id(1) == 4
+    reopened.close()
+
+
+def test_flush_writes_one_pwrite_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    index.flush()
+    for e in [*range(100), *range(200, 250), 300]:
+        index.set_location(1, e, e + 1)
+    calls: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def spy(fd: int, data: bytes | memoryview, offset: int) -> int:
+        calls.append((offset, len(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", spy)
+    index.flush()
+    assert calls == [(1024, 800), (1024 + 1600, 400), (1024 + 2400, 8)]
+    index.close()
+
+
+# -- descriptors ----------------------------------------------------------------------------
+
+
+class FdWatch:
+    """Counts index descriptors at every os.open/os.close, to catch a transient overshoot."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+        self.peak = 0
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real_open, real_close = os.open, os.close
+
+        def spy_open(path: str | os.PathLike[str], flags: int, mode: int = 0o777) -> int:
+            fd = real_open(path, flags, mode)
+            if os.fspath(path).endswith(".idx"):
+                self.open.add(fd)
+                self.peak = max(self.peak, len(self.open))
+            return fd
+
+        def spy_close(fd: int) -> None:
+            self.open.discard(fd)
+            real_close(fd)
+
+        monkeypatch.setattr(os, "open", spy_open)
+        monkeypatch.setattr(os, "close", spy_close)
+
+
+@settings(max_examples=20)
+@given(
+    cap=st.integers(min_value=1, max_value=6),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["get", "set", "flush", "fence", "last", "sync"]),
+            st.integers(min_value=0, max_value=39),
+        ),
+        max_size=120,
+    ),
+)
+def test_open_descriptors_never_exceed_the_cap(
+    tmp_path_factory: pytest.TempPathFactory,
+    cap: int,
+    ops: list[tuple[str, int]],
+) -> None:
+    base = tmp_path_factory.mktemp("fds")
+    setup = LedgerIndex([base / "a", base / "b"])
+    for lid in range(40):
+        setup.create_ledger(lid, KEY)
+        setup.set_location(lid, lid, 1000 + lid)
+    setup.close()
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        watch = FdWatch()
+        watch.install(monkeypatch)
+        before = open_fds()
+        index = LedgerIndex([base / "a", base / "b"], max_open_files=cap)
+        for op, lid in ops:
+            if op == "get":
+                assert index.get_location(lid, lid) == 1000 + lid
+            elif op == "set":
+                index.set_location(lid, lid + 1, 2000 + lid)
+            elif op == "flush":
+                index.flush()
+            elif op == "fence":
+                index.set_fenced(lid)
+            elif op == "last":
+                assert index.last_entry_id(lid) >= lid
+            else:
+                index.fsync()
+            assert open_fds() - before <= cap
+            assert index.open_file_count <= cap
+            index._check()
+        index.close()
+        assert open_fds() == before
+        assert watch.peak <= cap
+        assert not watch.open
+
+
+def test_touching_many_ledgers_keeps_at_most_cap_open(tmp_path: Path) -> None:
+    before = open_fds()
+    index = LedgerIndex([tmp_path], max_open_files=8)
+    for lid in range(200):
+        index.create_ledger(lid, KEY)
+        index.set_location(lid, 0, lid + 1)
+        if lid % 10 == 0:
+            index.flush()
+        assert open_fds() - before <= 8
+    index.flush()
+    assert index.open_file_count == 8
+    for lid in reversed(range(200)):
+        assert index.get_location(lid, 0) == lid + 1
+        assert open_fds() - before <= 8
+    index._check()
+    index.close()
+    assert open_fds() == before
+
+
+def test_evicted_files_are_fsynced_later_by_reopening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = os.fdatasync
+    dir_syncs: list[int] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    def spy_fsync(fd: int) -> None:
+        dir_syncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    index = LedgerIndex([tmp_path], max_open_files=2)
+    for lid in range(5):
+        index.create_ledger(lid, KEY)
+        index.set_location(lid, 0, 7)
+    index.flush()
+    assert synced == []  # eviction writes but does not sync
+    index.fsync()
+    assert len(synced) == 5
+    # New directories: current/, current/0/, current/0/{0..4}/ gained entries, once each.
+    assert len(dir_syncs) == 2 + 5 + 1  # tmp_path, current, 0, and the five leaf dirs
+    index.fsync()
+    assert len(synced) == 5
+    assert len(dir_syncs) == 8
+    index._check()
+    index.close()
+
+
+# -- ledgers --------------------------------------------------------------------------------
+
+
+def test_create_exists_delete(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path / "a", tmp_path / "b"])
+    assert not index.exists(3)
+    index.create_ledger(3, KEY)
+    assert index.exists(3)
+    assert index.ledger_ids() == [3]
+    with pytest.raises(LedgerExistsError, match="ledger 3 already has an index"):
+        index.create_ledger(3, KEY)
+    index.flush()
+    path = tmp_path / "b/current/0/3/3.idx"  # 3 % 2 == 1
+    assert path.exists()
+    assert index.delete_ledger(3)
+    assert not path.exists()
+    assert not index.exists(3)
+    assert not index.delete_ledger(3)
+    with pytest.raises(NoSuchLedgerError, match="ledger 3 has no index"):
+        index.get_location(3, 0)
+    index.create_ledger(3, b"other")
+    assert index.get_master_key(3) == b"other"
+    assert index.get_location(3, 0) == 0
+    assert index.last_entry_id(3) == -1
+    index.close()
+    assert LedgerIndex([tmp_path / "a", tmp_path / "b"]).get_master_key(3) == b"other"
+
+
+def test_delete_of_a_ledger_never_loaded(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    index.close()
+    again = LedgerIndex([tmp_path])
+    assert again.delete_ledger(1)
+    assert not index_path(tmp_path, 1).exists()
+    assert LedgerIndex([tmp_path]).ledger_ids() == []
+
+
+def test_scan_finds_ledgers_in_any_dir_and_ignores_strays(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    index = LedgerIndex([a, b])
+    for lid in (0, 1, 2, 0x1FF, 2**40 + 3):
+        index.create_ledger(lid, lid.to_bytes(8, "big"))
+    index.close()
+    # Strays: wrong name, leading zero, misplaced, upper-case, a directory, foreign files.
+    (a / "current/0/0/junk.txt").write_text("x")
+    (a / "current/0/0/00.idx").write_bytes(b"x")
+    (a / "current/0/0/5.idx").write_bytes(b"x")
+    (a / "current/0/0/A.idx").write_bytes(b"x")
+    (a / "current/lastId").write_text("1\n")
+    # The same ledger in both dirs: the first dir wins.
+    dup = index_path(a, 1)
+    dup.parent.mkdir(parents=True)
+    dup.write_bytes(hand_built_header(b"first", 0, None))
+    again = LedgerIndex([a, b])
+    assert again.ledger_ids() == [0, 1, 2, 0x1FF, 2**40 + 3]
+    assert again.get_master_key(1) == b"first"
+    assert again.get_master_key(2**40 + 3) == (2**40 + 3).to_bytes(8, "big")
+    assert LedgerIndex([b, a]).get_master_key(1) == (1).to_bytes(8, "big")
+    again._check()
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    with pytest.raises(ValueError, match="entry -1 location 5"):
+        index.set_location(1, -1, 5)
+    with pytest.raises(ValueError, match="entry 0 location 0"):
+        index.set_location(1, 0, 0)
+    with pytest.raises(ValueError, match="location 9223372036854775808"):
+        index.set_location(1, 0, 2**63)
+    with pytest.raises(ValueError, match="negative"):
+        index.get_location(1, -1)
+    with pytest.raises(ValueError, match="shorter than the 16-byte"):
+        index.set_explicit_lac(1, b"short")
+    with pytest.raises(ValueError, match="1024"):
+        index.set_explicit_lac(1, bytes(1000))
+    with pytest.raises(ValueError, match="1024"):
+        index.create_ledger(2, bytes(1010))
+    with pytest.raises(ValueError, match="at least one"):
+        LedgerIndex([])
+    with pytest.raises(ValueError, match="at least 1"):
+        LedgerIndex([tmp_path], max_open_files=0)
+    index._check()
+
+
+# -- stateful: the index against a dict model --------------------------------------------------
+
+
+@dataclass
+class LedgerState:
+    key: bytes
+    fenced: bool = False
+    lac: bytes | None = None
+    entries: dict[int, int] = field(default_factory=dict)
+
+
+class IndexMachine(RuleBasedStateMachine):
+    """Random operations with a descriptor cap of 2; reopening checks what was persisted."""
+
+    ledgers = Bundle("ledgers")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tmp = tempfile.TemporaryDirectory(prefix="bookiesim-index-")
+        self.dirs = [Path(self._tmp.name) / d for d in ("a", "b", "c")]
+        self.index = LedgerIndex(self.dirs, max_open_files=2)
+        self.model: dict[int, LedgerState] = {}
+        self.next_id = 0
+
+    @rule(target=ledgers, key=keys)
+    def create(self, key: bytes) -> int:
+        lid = self.next_id * 131  # spread over dirs and subdirs
+        self.next_id += 1
+        self.index.create_ledger(lid, key)
+        self.model[lid] = LedgerState(key)
+        return lid
+
+    @rule(lid=ledgers, entry=st.integers(min_value=0, max_value=2000), loc=locations)
+    def set_location(self, lid: int, entry: int, loc: int) -> None:
+        self.index.set_location(lid, entry, loc)
+        self.model[lid].entries[entry] = loc
+
+    @rule(lid=ledgers, entry=st.integers(min_value=0, max_value=2000))
+    def get_location(self, lid: int, entry: int) -> None:
+        assert self.index.get_location(lid, entry) == self.model[lid].entries.get(entry, 0)
+
+    @rule(lid=ledgers)
+    def fence(self, lid: int) -> None:
+        assert self.index.set_fenced(lid) == (not self.model[lid].fenced)
+        self.model[lid].fenced = True
+
+    @rule(lid=ledgers, blob=st.binary(min_size=16, max_size=40))
+    def write_lac(self, lid: int, blob: bytes) -> None:
+        self.index.set_explicit_lac(lid, blob)
+        self.model[lid].lac = blob
+
+    @rule(lid=consumes(ledgers))
+    def delete(self, lid: int) -> None:
+        assert self.index.delete_ledger(lid)
+        del self.model[lid]
+
+    @rule()
+    def flush(self) -> None:
+        self.index.flush()
+
+    @rule()
+    def fsync(self) -> None:
+        self.index.flush()
+        self.index.fsync()
+
+    @precondition(lambda self: bool(self.model))
+    @rule()
+    def reopen(self) -> None:
+        self.index.close()
+        self.index = LedgerIndex(self.dirs, max_open_files=2)
+
+    @invariant()
+    def matches_model(self) -> None:
+        self.index._check()
+        assert self.index.ledger_ids() == sorted(self.model)
+        for lid, state in self.model.items():
+            assert self.index.get_master_key(lid) == state.key
+            assert self.index.is_fenced(lid) == state.fenced
+            assert self.index.get_explicit_lac(lid) == state.lac
+            assert self.index.last_entry_id(lid) == max(state.entries, default=-1)
+        self.index._check()
+
+    def teardown(self) -> None:
+        try:
+            for lid, state in self.model.items():
+                assert list(self.index.entries(lid)) == sorted(state.entries.items())
+            self.index.close()
+        finally:
+            self._tmp.cleanup()
+
+
+TestIndexMachine = IndexMachine.TestCase
+TestIndexMachine.settings = settings(max_examples=25, stateful_step_count=30)
+
+
+def test_module_constants() -> None:
+    assert li.SIGNATURE == b"BKLE"
+    assert li.HEADER_VERSION == 1
+    assert li.FENCED_BIT == 1
+
+
+def test_parse_index_file_name() -> None:
+    assert li.parse_index_file_name("1234abcd.idx") == 0x1234ABCD
+    assert li.parse_index_file_name("0.idx") == 0
+    for name in ("00.idx", "A.idx", "-1.idx", "1_0.idx", ".idx", "1.log", "1.idx.rloc"):
+        assert li.parse_index_file_name(name) is None, name
+    assert li.parse_index_file_name(f"{2**63:x}.idx") is None
+
+
+def test_read_only_open_reads_and_refuses_to_write(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    index.set_location(1, 0, 77)
+    index.close()
+    path = index_path(tmp_path, 1)
+    before = path.read_bytes()
+    f = IndexFile.open(path, 1, read_only=True)
+    assert f.get_location(0) == 77
+    f.set_location(1, 78)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        f.flush()
+    f._close_fd()
+    assert path.read_bytes() == before
+
+
+def test_flush_dirty_hands_over_files_then_directories(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path], max_open_files=1)
+    for lid in (1, 2):
+        index.create_ledger(lid, KEY)
+        index.set_location(lid, 0, 9)
+    paths = index.flush_dirty()
+    assert paths == [
+        index_path(tmp_path, 1),
+        index_path(tmp_path, 2),
+        tmp_path,
+        tmp_path / "current",
+        tmp_path / "current/0",
+        tmp_path / "current/0/1",
+        tmp_path / "current/0/2",
+    ]
+    assert index.open_file_count == 1  # ledger 1 was evicted (written, not synced)
+    assert index.flush_dirty() == []  # the caller owns syncing them now
+    index.set_location(2, 1, 10)
+    assert index.flush_dirty() == [index_path(tmp_path, 2)]
+    for path in paths:  # what the worker does, with its own descriptors
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    index._check()
+    index.close()
