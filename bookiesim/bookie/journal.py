@@ -353,7 +353,9 @@ class JournalScan:
     """Iterator over ``(offset, record)`` of one journal file, reading it in chunks.
 
     After exhaustion: ``version`` is the file's format version, ``end_offset`` where its
-    valid records end, and ``torn`` whether a partly written record follows them. Raises
+    valid records end, and ``torn`` whether a partly written record follows them. While
+    iterating, ``record_size`` is the length field of the record last yielded (a meta
+    record may hold bytes past what its decoded fields cover; tools show the real size). Raises
     ``JournalFormatError`` (naming the file) on bytes that are not a journal.
     """
 
@@ -374,6 +376,7 @@ class JournalScan:
         self.version: int | None = None
         self.end_offset: int | None = None
         self.torn = False
+        self.record_size = 0
         self._it = self._scan()
 
     def __iter__(self) -> JournalScan:
@@ -414,6 +417,7 @@ class JournalScan:
                 return
             else:
                 self.version = dec.version
+                self.record_size = dec.record_size
                 yield dec.record_offset, r
 
 

@@ -410,7 +410,7 @@ class JournalDecoder:
     ``end_offset`` is the file offset where the valid journal ends and ``torn`` tells
     whether a partly written record (or header) lies there. Padding is skipped silently.
     After each record, ``record_offset`` is the file offset of its length field (what
-    upstream passes to its scanner).
+    upstream passes to its scanner) and ``record_size`` the value of that field.
 
     By default the stream is a whole file from byte 0, header included. To resume inside a
     file (replay from a checkpoint mark), read the version with ``parse_header`` first and
@@ -435,6 +435,7 @@ class JournalDecoder:
         self._len_offset = offset  # file offset of the current record's length field
         self.max_record_size = max_record_size
         self.record_offset = offset
+        self.record_size = 0
         self.end_offset: int | None = None
         self.torn = False
         self.version: int | None = version
@@ -509,6 +510,7 @@ class JournalDecoder:
                 start = self._pos
                 self._pos += n
                 self.record_offset = self._len_offset
+                self.record_size = n
                 self._state = _State.LENGTH
                 # One copy out of the buffer (slicing the bytearray would copy twice).
                 return self._parse(bytes(memoryview(self._buf)[start : start + n]))

@@ -1,0 +1,1 @@
+"""Tests of ``bookiesim.sim``: the command line (shell, bench)."""

@@ -1,0 +1,84 @@
+"""``bookiesim bench storage`` smoke test.
+
+Why: the benchmark is run by hand and its JSON is what BENCHMARKS.md records, so a tiny run
+must produce every figure and every ratio, with min/median/max over the repetitions, and
+clean up after itself. Timing thresholds are not tested: benchmarks are not timed tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bookiesim.sim.benchmarks.storage import RATIOS
+from bookiesim.sim.cli import main
+
+FIGURES = {
+    "rawWrite",
+    "entryLogAppend64k",
+    "entryLogAppend1k",
+    "entryLogAppends1k",
+    "entryLogAppends1kDurable",
+    "rawRead64k",
+    "entryLogScan64k",
+    "rawRead1k",
+    "entryLogScan1k",
+    "rawFdatasync",
+    "journal1PerSync",
+    "journal1000PerSync",
+}
+RATIO_KEYS = {
+    "append64kVsRawWrite",
+    "append1kVsRawWrite",
+    "appends1kVsTarget",
+    "scan64kVsRawRead",
+    "scan1kVsRawRead",
+    "journal1VsFdatasync",
+    "journal1000VsFdatasync",
+}
+
+
+def test_bench_storage_json_has_every_figure_and_ratio(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["bench", "storage", "--size-mb", "1", "--repeats", "2", "--dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "append64kVsRawWrite" not in captured.out  # tables, not JSON, without --json
+    assert "entry-log append, 64 KiB" in captured.out
+
+    code = main(
+        ["bench", "storage", "--size-mb", "1", "--repeats", "2", "--dir", str(tmp_path), "--json"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0
+    report = json.loads(captured.out)
+    assert "entry-log append, 64 KiB" in captured.err  # the tables moved to stderr
+
+    assert report["benchmark"] == "storage"
+    assert report["command"].startswith("bookiesim bench storage")
+    assert report["sizeMb"] == 1
+    assert report["repeats"] == 2
+    assert set(report["machine"]) == {"nproc", "machine", "python", "filesystem"}
+    assert set(report["figures"]) == FIGURES
+    for figure in report["figures"].values():
+        assert len(figure["runs"]) == 2
+        assert 0 < figure["min"] <= figure["median"] <= figure["max"]
+        assert figure["unit"]
+    assert {r["key"] for r in report["ratios"]} == RATIO_KEYS == {r.key for r in RATIOS}
+    for ratio in report["ratios"]:
+        assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+        if ratio["threshold"] is None:
+            assert ratio["result"] is None
+        else:
+            assert ratio["result"] in {"PASS", "FAIL"}
+    thresholds = {r["key"]: r["threshold"] for r in report["ratios"]}
+    assert thresholds["append64kVsRawWrite"] == 0.70
+    assert thresholds["scan64kVsRawRead"] == 0.50
+    assert thresholds["appends1kVsTarget"] == 1.0
+    appends = next(r for r in report["ratios"] if r["key"] == "appends1kVsTarget")
+    assert appends["constant"] == 300_000
+
+    assert list(tmp_path.iterdir()) == []  # the work directory is removed
