@@ -7,10 +7,13 @@
 * :mod:`.metadata` — :class:`EntryLogMetadata` from the ledgers map or by scanning.
 * :mod:`.allocator` — :class:`EntryLogIdAllocator`: ``lastId``, recovery, wrap-around.
 * :mod:`.recent_logs` — ``leastUnflushedLogId``: which logs are flushed and closed.
+* :mod:`.managers` — which log a ledger writes to: a log per ledger (BP-32) or one shared log.
+* :mod:`.logger` — :class:`EntryLogger`, the facade the bookie's ledger storage uses.
 """
 
 from bookiesim.entrylog.allocator import EntryLogIdAllocator
 from bookiesim.entrylog.format import EntryLogFormatError, LogHeader, make_location, split_location
+from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 from bookiesim.entrylog.metadata import (
     EntryLogMetadata,
     extract_by_scanning,
@@ -28,15 +31,19 @@ from bookiesim.entrylog.scanner import ScannedRecord, ScanSummary, scan_entry_lo
 from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter
 
 __all__ = [
+    "CheckpointPlan",
     "EntryLogFormatError",
     "EntryLogFullError",
     "EntryLogIdAllocator",
     "EntryLogMetadata",
     "EntryLogReader",
     "EntryLogWriter",
+    "EntryLogger",
     "EntryReadError",
     "LogHeader",
     "LogSource",
+    "RotationEvent",
+    "RotationReason",
     "ScanSummary",
     "ScannedRecord",
     "extract_by_scanning",

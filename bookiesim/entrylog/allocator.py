@@ -148,11 +148,24 @@ def list_log_ids(current_dirs: Iterable[str | os.PathLike[str]]) -> set[int]:
 class EntryLogIdAllocator:
     """Hands out entry log ids for a set of ledger dirs; not thread-safe (one trio task)."""
 
-    __slots__ = ("_current_dirs", "_last", "_recovered")
+    __slots__ = ("_current_dirs", "_last", "_last_id_in_place", "_recovered")
 
-    def __init__(self, ledger_dirs: Iterable[str | os.PathLike[str]]) -> None:
+    def __init__(
+        self,
+        ledger_dirs: Iterable[str | os.PathLike[str]],
+        *,
+        last_id_in_place: bool = False,
+    ) -> None:
         """Recover the last id from ``<D>/current`` of every ledger dir ``D`` (created if
-        missing)."""
+        missing).
+
+        ``last_id_in_place=True`` rewrites ``lastId`` in place (as upstream does) instead of
+        writing a temporary file and renaming it over the old one. Why it exists: on ext4
+        (``auto_da_alloc``) a rename over an existing file forces the new file's data out,
+        measured at ~180 us per dir here against ~7 us in place, and the per-ledger log
+        managers allocate an id for every new log. A torn in-place write is tolerated at
+        startup because the directory listing is consulted too.
+        """
         dirs = tuple(Path(d) / CURRENT_DIR for d in ledger_dirs)
         if not dirs:
             raise ValueError("at least one ledger dir is needed")
@@ -161,6 +174,7 @@ class EntryLogIdAllocator:
         self._current_dirs = dirs
         self._recovered = recover_last_log_id(dirs)
         self._last = self._recovered
+        self._last_id_in_place = last_id_in_place
 
     @property
     def current_dirs(self) -> tuple[Path, ...]:
@@ -193,8 +207,9 @@ class EntryLogIdAllocator:
         else:
             raise RuntimeError("every entry log id is in use")
         self._last = candidate
+        write = _write_last_id_in_place if self._last_id_in_place else _write_last_id
         for d in self._current_dirs:
-            _write_last_id(d, candidate)
+            write(d, candidate)
         return candidate
 
 
@@ -205,3 +220,17 @@ def _write_last_id(current_dir: Path, log_id: int) -> None:
     with open(tmp, "wb") as f:
         f.write(f"{log_id:x}\n".encode("ascii"))
     os.replace(tmp, current_dir / LAST_ID_FILE)
+
+
+def _write_last_id_in_place(current_dir: Path, log_id: int) -> None:
+    # Overwrite from offset 0 and cut what is left of a longer old value (ids shrink only on
+    # wrap-around or after a hand edit). No O_TRUNC: truncating to zero is what makes ext4
+    # flush on close, the cost this variant avoids.
+    data = f"{log_id:x}\n".encode("ascii")
+    fd = os.open(current_dir / LAST_ID_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        if os.fstat(fd).st_size > len(data):
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)

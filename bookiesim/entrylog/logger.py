@@ -1,0 +1,609 @@
+"""The entry logger: the one object the bookie's ledger storage talks to about entry logs.
+
+Upstream's ``DefaultEntryLogger`` in our terms: it owns the log files (through
+:class:`~bookiesim.entrylog.managers.LogFiles`), delegates "which log does this entry go to"
+to one of the two managers in :mod:`bookiesim.entrylog.managers`, reads entries back, runs
+checkpoints, and answers the garbage collector's questions (which logs are flushed, delete
+this one).
+
+Reads
+-----
+A location names a log. If that log is still open for writing (active, preallocated, or
+rotated but stuck after a write error) the read goes through its writer, which also sees
+bytes still in the write buffer. Otherwise it goes through an :class:`EntryLogReader` from
+a least-recently-used cache capped at ``max_open_read_files``; evicting a reader closes its
+descriptor. (Upstream keeps one read descriptor per log ever read, for ever.) Reads never
+count as a ledger's access for expiry or eviction.
+
+Checkpoints, in three steps
+---------------------------
+The bookie's add path and the checkpoint share the writers, and the fsyncs take
+milliseconds, so a checkpoint is split where threads change::
+
+    plan = logger.prepare_checkpoint()           # owner thread: buffers -> OS, fix the list
+    await trio.to_thread.run_sync(plan.sync)     # worker thread: fsyncs only
+    logger.complete_checkpoint(plan)             # owner thread: retire rotated logs
+
+:meth:`~EntryLogger.prepare_checkpoint` hands every active and rotated log's buffer to the OS
+and records which logs to fsync. :meth:`CheckpointPlan.sync` fsyncs them (and the ledger
+dirs that gained files, so that a new log's name is as durable as its bytes); adds may go on
+meanwhile, rotating logs or closing descriptors: a writer is only closed under
+:attr:`LogFiles.io_lock`, which the sync pass takes per fsync, and a writer found closed is
+fsynced by path instead. :meth:`~EntryLogger.complete_checkpoint` records the persisted
+positions, and for every log that was rotated when the plan was made marks it flushed in
+``RecentEntryLogsStatus`` — the only way leastUnflushedLogId moves (§4): past every leading
+flushed id. Active logs are fsynced but stay unflushed until rotated, so in per-ledger mode
+the active log with the smallest id (or the preallocated one) pins the pointer.
+
+Everything except :meth:`CheckpointPlan.sync` belongs to one thread. Time is read only
+through the ``clock`` given (the bookie passes ``trio.current_time``, so virtual time in
+tests works).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from bookiesim.entrylog.allocator import list_log_ids
+from bookiesim.entrylog.format import log_file_name
+from bookiesim.entrylog.managers import (
+    EntryLogManager,
+    EntryLogManagerForEntryLogPerLedger,
+    EntryLogManagerForSingleEntryLog,
+    LogFiles,
+    RotatedLog,
+    RotationEvent,
+    RotationReason,
+)
+from bookiesim.entrylog.metadata import EntryLogMetadata, extract_metadata
+from bookiesim.entrylog.reader import EntryLogReader, find_log_file, read_entry
+from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
+
+__all__ = [
+    "CheckpointPlan",
+    "EntryLogConfig",
+    "EntryLogger",
+    "RotatedLog",
+    "RotationEvent",
+    "RotationReason",
+]
+
+DEFAULT_LOG_SIZE_LIMIT = 1 << 30
+"""Upstream ``logSizeLimit`` default (1 GiB)."""
+
+# Rotations that BP-32 adds; upstream has none of them (``upstream_behaviour``).
+_BP32_REASONS = frozenset(
+    {RotationReason.WRITE_CLOSE, RotationReason.FENCE, RotationReason.REPLICATION}
+)
+
+
+class EntryLogConfig(Protocol):
+    """The configuration keys the entry logger reads; ``bookie.config.BookieConfig`` has them.
+
+    A protocol rather than an import because nothing in ``entrylog/`` depends on ``bookie/``.
+    """
+
+    @property
+    def ledger_directories(self) -> Sequence[Path]: ...
+    @property
+    def entry_log_per_ledger_enabled(self) -> bool: ...
+    @property
+    def log_size_limit(self) -> int: ...
+    @property
+    def entrylog_map_access_expiry_time_in_seconds(self) -> int: ...
+    @property
+    def maximum_number_of_active_entry_logs(self) -> int: ...
+    @property
+    def entry_log_max_open_read_files(self) -> int: ...
+    @property
+    def write_buffer_size_bytes(self) -> int: ...
+    @property
+    def flush_entrylog_bytes(self) -> int: ...
+    @property
+    def entry_log_file_preallocation_enabled(self) -> bool: ...
+    @property
+    def upstream_behaviour(self) -> bool: ...
+
+
+class CheckpointPlan:
+    """The logs one checkpoint makes durable, fixed on the owner thread.
+
+    :meth:`sync` is the only method that may run on another thread. A plan is used once;
+    one that is abandoned (its sync failed, or was never run) changes nothing and the next
+    checkpoint covers its logs again.
+    """
+
+    __slots__ = ("_dir_marks", "_dirs", "_items", "_lock", "_positions", "_rotated", "_synced")
+
+    def __init__(
+        self,
+        items: list[tuple[EntryLogWriter | None, Path]],
+        rotated: list[int],
+        dirs: list[Path],
+        dir_marks: list[int],
+        lock: threading.Lock,
+    ) -> None:
+        self._items = items
+        self._rotated = rotated
+        self._dirs = dirs
+        self._dir_marks = dir_marks
+        self._lock = lock
+        self._positions: list[tuple[EntryLogWriter, int]] = []
+        self._synced = False
+
+    @property
+    def synced(self) -> bool:
+        """True once :meth:`sync` has completed without error."""
+        return self._synced
+
+    @property
+    def paths(self) -> list[Path]:
+        """The log files this plan fsyncs."""
+        return [path for _, path in self._items]
+
+    @property
+    def rotated_log_ids(self) -> list[int]:
+        """Rotated logs that become flushed when the plan completes."""
+        return list(self._rotated)
+
+    def sync(self) -> None:
+        """fsync every planned log and every ledger dir that gained a file. Blocking.
+
+        Safe in a worker thread while the owner keeps adding: the io lock is held per fsync,
+        so the owner waits at most one fsync to close a descriptor.
+        """
+        if self._synced:
+            raise RuntimeError("this checkpoint plan was already synced")
+        positions = self._positions
+        for writer, path in self._items:
+            if writer is not None:
+                with self._lock:
+                    if not writer.closed:
+                        positions.append((writer, writer.sync_flushed()))
+                        continue
+            # Closed since the plan was made (rotated meanwhile): every byte it held reached
+            # the OS before its descriptor was closed, so an fsync through a new one covers it.
+            _fsync_path(path)
+        for d in self._dirs:
+            _fsync_path(d, directory=True)
+        self._synced = True
+
+
+def _fsync_path(path: Path, *, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        # Only a flushed log may be deleted (by GC); an overlapping checkpoint flushed it
+        # already, so nothing of it is left to persist.
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class EntryLogger:
+    """Entry logs of one bookie: adds, reads, rotations, checkpoints, GC queries.
+
+    ``per_ledger`` picks :class:`EntryLogManagerForEntryLogPerLedger` (a log per ledger,
+    BP-32) or :class:`EntryLogManagerForSingleEntryLog` (upstream's interleaved log). With
+    ``upstream_behaviour``, per-ledger logs expire only lazily on later adds
+    (:meth:`expire_idle` does nothing), BP-32's write-close, fence and replication rotations
+    are ignored, and :meth:`flushed_log_ids` offers GC only ids below leastUnflushedLogId.
+    ``on_rotate`` is called for every rotation, on the thread that caused it; it must not
+    raise.
+    """
+
+    def __init__(
+        self,
+        ledger_dirs: Sequence[str | os.PathLike[str]],
+        *,
+        per_ledger: bool = True,
+        log_size_limit: int = DEFAULT_LOG_SIZE_LIMIT,
+        expiry_seconds: float = 300,
+        max_active_logs: int = 500,
+        max_open_read_files: int = 1000,
+        write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
+        flush_entrylog_bytes: int = 0,
+        preallocation: bool = True,
+        upstream_behaviour: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        on_rotate: Callable[[RotationEvent], None] | None = None,
+    ) -> None:
+        if max_open_read_files < 1:
+            raise ValueError(f"max_open_read_files must be at least 1, not {max_open_read_files}")
+        self._files = LogFiles(
+            ledger_dirs,
+            preallocation=preallocation,
+            write_buffer_size=write_buffer_size,
+            flush_entrylog_bytes=flush_entrylog_bytes,
+            on_rotate=on_rotate,
+        )
+        self._per_ledger = per_ledger
+        self._upstream = upstream_behaviour
+        self._clock = clock
+        fsync_before_roll = flush_entrylog_bytes > 0
+        self._manager: EntryLogManager
+        if per_ledger:
+            self._manager = EntryLogManagerForEntryLogPerLedger(
+                self._files,
+                log_size_limit=log_size_limit,
+                expiry_seconds=expiry_seconds,
+                max_active_logs=max_active_logs,
+                clock=clock,
+                lazy_expiry=upstream_behaviour,
+                fsync_before_roll=fsync_before_roll,
+            )
+        else:
+            self._manager = EntryLogManagerForSingleEntryLog(
+                self._files,
+                log_size_limit=log_size_limit,
+                fsync_before_roll=fsync_before_roll,
+            )
+        self._readers: OrderedDict[int, EntryLogReader] = OrderedDict()
+        self._max_readers = max_open_read_files
+        self._dirs_synced = list(self._files.dir_creations)
+        self._pointer_seen = self._files.status.least_unflushed_log_id
+        self._closed = False
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: EntryLogConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_rotate: Callable[[RotationEvent], None] | None = None,
+    ) -> EntryLogger:
+        """An entry logger configured by upstream's keys (see ``docs/configuration.md``)."""
+        return cls(
+            cfg.ledger_directories,
+            per_ledger=cfg.entry_log_per_ledger_enabled,
+            log_size_limit=cfg.log_size_limit,
+            expiry_seconds=cfg.entrylog_map_access_expiry_time_in_seconds,
+            max_active_logs=cfg.maximum_number_of_active_entry_logs,
+            max_open_read_files=cfg.entry_log_max_open_read_files,
+            write_buffer_size=cfg.write_buffer_size_bytes,
+            flush_entrylog_bytes=cfg.flush_entrylog_bytes,
+            preallocation=cfg.entry_log_file_preallocation_enabled,
+            upstream_behaviour=cfg.upstream_behaviour,
+            clock=clock,
+            on_rotate=on_rotate,
+        )
+
+    # ---------------------------------------------------------------- configuration
+
+    @property
+    def per_ledger(self) -> bool:
+        return self._per_ledger
+
+    @property
+    def upstream_behaviour(self) -> bool:
+        return self._upstream
+
+    @property
+    def current_dirs(self) -> tuple[Path, ...]:
+        """``<ledger dir>/current`` for every ledger dir: where the logs live."""
+        return self._files.current_dirs
+
+    @property
+    def manager(self) -> EntryLogManager:
+        """The manager in use (tests and introspection)."""
+        return self._manager
+
+    # ---------------------------------------------------------------- adds and reads
+
+    def add_entry(self, ledger_id: int, body: bytes) -> int:
+        """Append one entry (the client's packaged body; bytes 0..8 are ``ledger_id``) and
+        return its location ``(log_id << 32) | pos``.
+
+        The entry is readable at once and durable after the next checkpoint. Rolls the log
+        first on size; in per-ledger mode may rotate the least recently written ledger's log
+        to stay within ``max_active_logs``. An ``OSError`` from the write rotates the log
+        (:attr:`RotationReason.WRITE_ERROR`) before it propagates; entries added earlier
+        stay readable. ``ValueError`` for a body that is too short or names another ledger.
+        """
+        return self._manager.add_entry(ledger_id, body)
+
+    def read_entry(self, ledger_id: int, entry_id: int, location: int) -> bytes:
+        """The body stored at ``location``, checked to be entry ``(ledger_id, entry_id)``.
+
+        Raises :class:`~bookiesim.entrylog.reader.EntryReadError` subclasses for a location
+        that does not hold that entry, ``FileNotFoundError`` for a log that does not exist.
+        """
+        log_id = location >> 32
+        writer = self._files.writers.get(log_id)
+        if writer is not None:
+            return read_entry(writer, ledger_id, entry_id, location)
+        readers = self._readers
+        reader = readers.get(log_id)
+        if reader is None:
+            reader = self._open_reader(log_id)
+        else:
+            readers.move_to_end(log_id)
+        return read_entry(reader, ledger_id, entry_id, location)
+
+    def _open_reader(self, log_id: int) -> EntryLogReader:
+        if self._closed:
+            raise ValueError("the entry logger is closed")
+        reader = EntryLogReader.open_log(self._files.current_dirs, log_id)
+        readers = self._readers
+        while len(readers) >= self._max_readers:
+            _, evicted = readers.popitem(last=False)
+            evicted.close()
+        readers[log_id] = reader
+        return reader
+
+    # ---------------------------------------------------------------- rotation
+
+    def rotate_ledger(self, ledger_id: int, reason: RotationReason) -> bool:
+        """Rotate the ledger's active log now: append its ledgers map and queue it for the
+        next checkpoint, which lets leastUnflushedLogId pass it.
+
+        For BP-32's signals (write-close, fencing read, write error, replication done) and
+        anything else that knows a ledger's log is finished. False if the ledger has no
+        active log, always in single-log mode (the shared log serves other ledgers too), and
+        for write-close, fence and replication with ``upstream_behaviour`` (upstream has no
+        such rotations).
+        """
+        if self._upstream and reason in _BP32_REASONS:
+            return False
+        return self._manager.rotate_ledger(ledger_id, reason)
+
+    def create_new_log(self, ledger_id: int) -> int:
+        """Give ``ledger_id`` a fresh log now (upstream ``createNewLog``); return its id.
+
+        A log the ledger held is rotated with :attr:`RotationReason.SIZE` (upstream's roll);
+        in single-log mode the shared log rolls. For tests and tools; adds create logs as
+        needed.
+        """
+        return self._manager.create_new_log(ledger_id).log_id
+
+    def expire_idle(self) -> list[RotationEvent]:
+        """Rotate every per-ledger log not written for ``expiry_seconds`` or more.
+
+        Called by the bookie's timer (see :meth:`next_expiry_deadline`); a no-op with
+        ``upstream_behaviour`` and in single-log mode.
+        """
+        return self._manager.expire_idle(self._clock())
+
+    def next_expiry_deadline(self) -> float | None:
+        """Clock time at which the least recently written log expires; None if none will
+        (no active logs, single-log mode, or ``upstream_behaviour``)."""
+        return self._manager.next_expiry_deadline()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def prepare_checkpoint(self) -> CheckpointPlan:
+        """Step 1, owner thread: hand every active and rotated log's buffer to the OS and
+        list what to fsync.
+
+        Raises ``OSError`` if a buffer cannot be written (a log stuck after a write error):
+        the checkpoint must then not complete, so the journal keeps those entries.
+        """
+        files = self._files
+        pre = files.preallocated
+        items: list[tuple[EntryLogWriter | None, Path]] = []
+        for writer in files.writers.values():
+            if writer is pre:
+                continue  # nothing of it needs to be durable: a 0-byte file until first use
+            writer.flush()
+            if writer.unpersisted_bytes:
+                items.append((writer, writer.path))
+        rotated = list(files.rotated)
+        for record in files.rotated.values():
+            if record.writer is None:
+                items.append((None, record.path))
+        marks = list(files.dir_creations)
+        pairs = zip(files.current_dirs, marks, self._dirs_synced, strict=True)
+        dirs = [d for d, mark, synced in pairs if mark != synced]
+        return CheckpointPlan(items, rotated, dirs, marks, files.io_lock)
+
+    def complete_checkpoint(self, plan: CheckpointPlan) -> None:
+        """Step 3, owner thread: record persisted positions; mark the plan's rotated logs
+        flushed (closing any still open), which advances leastUnflushedLogId (§4)."""
+        if not plan.synced:
+            raise RuntimeError("complete_checkpoint needs a plan whose sync() succeeded")
+        for writer, position in plan._positions:
+            if not writer.closed:
+                writer.mark_persisted(position)
+        files = self._files
+        for log_id in plan._rotated:
+            files.retire_rotated(log_id)
+        marks = zip(self._dirs_synced, plan._dir_marks, strict=True)
+        self._dirs_synced = [max(a, b) for a, b in marks]
+        self._pointer_seen = max(self._pointer_seen, files.status.least_unflushed_log_id)
+
+    def checkpoint(self) -> None:
+        """The three steps in a row, on this thread (tests, shutdown, replay)."""
+        plan = self.prepare_checkpoint()
+        plan.sync()
+        self.complete_checkpoint(plan)
+
+    # ---------------------------------------------------------------- leastUnflushedLogId, GC
+
+    @property
+    def least_unflushed_log_id(self) -> int:
+        return self._files.status.least_unflushed_log_id
+
+    def is_flushed_log_id(self, log_id: int) -> bool:
+        """True if the log was rotated and checkpointed in this run, or is older than the
+        pointer (all logs of earlier runs)."""
+        return self._files.status.is_flushed(log_id)
+
+    def flushed_log_ids(self) -> list[int]:
+        """Ids of ``*.log`` files in all ledger dirs that GC may touch, ascending.
+
+        Upstream ≥ 4.16 (``getFlushedLogIds``): every listed id for which
+        :meth:`is_flushed_log_id` holds. With ``upstream_behaviour``: only ids below
+        leastUnflushedLogId, as GC saw them up to 4.14 — one long-lived active log then
+        hides every newer log from GC (issue #2728).
+        """
+        ids = sorted(list_log_ids(self._files.current_dirs))
+        if self._upstream:
+            pointer = self.least_unflushed_log_id
+            return [i for i in ids if i < pointer]
+        status = self._files.status
+        return [i for i in ids if status.is_flushed(i)]
+
+    def log_ids(self) -> list[int]:
+        """Ids of every ``*.log`` file in the ledger dirs, ascending."""
+        return sorted(list_log_ids(self._files.current_dirs))
+
+    def remove_entry_log(self, log_id: int) -> bool:
+        """Delete a log (GC): close its read handle, unlink its file; False if there was none.
+
+        ``ValueError`` for a log still open for writing or rotated but not yet checkpointed.
+        """
+        files = self._files
+        if log_id in files.writers or log_id in files.rotated:
+            raise ValueError(f"entry log {log_id:x} is not flushed yet; it cannot be removed")
+        reader = self._readers.pop(log_id, None)
+        if reader is not None:
+            reader.close()
+        removed = False
+        name = log_file_name(log_id)
+        for d in files.current_dirs:
+            try:
+                os.unlink(d / name)
+            except FileNotFoundError:
+                continue
+            removed = True
+        return removed
+
+    def entry_log_metadata(self, log_id: int) -> EntryLogMetadata:
+        """Ledger -> bytes of a log: from memory while it is open for writing, else from its
+        ledgers map or a scan (:func:`~bookiesim.entrylog.metadata.extract_metadata`)."""
+        writer = self._files.writers.get(log_id)
+        if writer is not None:
+            return EntryLogMetadata.from_ledger_sizes(log_id, writer.ledger_sizes)
+        record = self._files.rotated.get(log_id)
+        path = record.path if record is not None else None
+        if path is None:
+            reader = self._readers.get(log_id)
+            path = reader.path if reader is not None else None
+        if path is None:
+            path = find_log_file(self._files.current_dirs, log_id)
+        return extract_metadata(path, log_id)
+
+    # ---------------------------------------------------------------- introspection
+
+    @property
+    def active_log_count(self) -> int:
+        return self._manager.active_log_count
+
+    @property
+    def rotated_log_count(self) -> int:
+        """Rotated logs waiting for a checkpoint."""
+        return len(self._files.rotated)
+
+    @property
+    def open_write_files(self) -> int:
+        """Descriptors open for writing: active logs + the preallocated one + rotated logs
+        stuck after a write error."""
+        return len(self._files.writers)
+
+    @property
+    def open_read_files(self) -> int:
+        """Read descriptors in the reader cache (≤ ``max_open_read_files``)."""
+        return len(self._readers)
+
+    @property
+    def rotations(self) -> Counter[RotationReason]:
+        """Rotations by reason since this logger started (live, do not modify)."""
+        return self._files.rotations
+
+    def active_logs(self) -> dict[int, int]:
+        """Ledger id -> active log id (single-log mode: every ledger in the shared log)."""
+        return self._manager.active_logs()
+
+    def current_log_id(self, ledger_id: int) -> int | None:
+        """The ledger's active log id, without counting as an access."""
+        writer = self._manager.current_log(ledger_id)
+        return None if writer is None else writer.log_id
+
+    def rotated_log_ids(self) -> list[int]:
+        """Rotated logs waiting for a checkpoint, in rotation order."""
+        return list(self._files.rotated)
+
+    @property
+    def preallocated_log_id(self) -> int | None:
+        pre = self._files.preallocated
+        return None if pre is None else pre.log_id
+
+    def open_writer(self, log_id: int) -> EntryLogWriter | None:
+        """The writer of a log open for writing (read-only use: tests, metrics)."""
+        return self._files.writers.get(log_id)
+
+    def log_path(self, log_id: int) -> Path:
+        """Where log ``log_id`` is (or would be, if open or queued)."""
+        writer = self._files.writers.get(log_id)
+        if writer is not None:
+            return writer.path
+        record = self._files.rotated.get(log_id)
+        if record is not None:
+            return record.path
+        return find_log_file(self._files.current_dirs, log_id)
+
+    # ---------------------------------------------------------------- closing
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Flush every log to the OS and close everything; no ledgers maps, no fsync.
+
+        As upstream: the logs active at shutdown keep a header offset of 0 and are scanned
+        after a restart. Call :meth:`checkpoint` first for durability. If a
+        :meth:`CheckpointPlan.sync` is in flight on another thread, closing waits for each
+        fsync in progress (safe, but it blocks). Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._manager.close()
+        try:
+            self._files.close()
+        finally:
+            for reader in self._readers.values():
+                reader.close()
+            self._readers.clear()
+
+    def __enter__(self) -> EntryLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check(self) -> None:
+        """Assert every invariant (sortedcontainers style). O(open + rotated + read handles).
+
+        One ledger per log (per-ledger mode), active ≤ ``max_active_logs``, write order
+        matches write times, every open or queued log registered unflushed, dir accounting,
+        read handles ≤ the cap and never for a log open for writing, leastUnflushedLogId
+        never below any value seen before.
+        """
+        manager = self._manager
+        active = manager.active_writers()
+        assert len(active) == manager.active_log_count
+        self._files._check(active)
+        manager._check()
+        if not self._per_ledger:
+            assert len(active) <= 1
+        assert len(self._readers) <= self._max_readers
+        for log_id, reader in self._readers.items():
+            assert reader.log_id == log_id
+            assert not reader.closed
+            assert log_id not in self._files.writers, f"log {log_id} has a reader and a writer"
+        pointer = self.least_unflushed_log_id
+        assert pointer >= self._pointer_seen, (pointer, self._pointer_seen)
+        self._pointer_seen = pointer
+        for writer in active:
+            assert not self.is_flushed_log_id(writer.log_id)

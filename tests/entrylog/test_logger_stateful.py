@@ -1,0 +1,221 @@
+"""The entry logger under random operations: nothing written is ever lost or changed.
+
+A hypothesis state machine drives one :class:`EntryLogger` through adds to a handful of
+ledgers, reads, BP-32 rotations, virtual time with timer expiry, whole and split
+checkpoints (adds and rotations between prepare and sync), writes that hit a full disk, and
+restarts that may switch between per-ledger and single-log mode or to upstream behaviour.
+Limits are tiny (3 active logs, 2 read handles, 1.5 KiB logs, a 2 KiB write buffer) so that
+every rotation path runs often. After every step: ``_check()`` holds, every entry ever
+acknowledged reads back byte for byte, and leastUnflushedLogId has never decreased, across
+restarts too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from bookiesim.entrylog.format import HEADER_SIZE
+from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationReason
+
+from .entries import seeded_entry
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+LEDGERS = st.integers(0, 6)
+SIZES = st.one_of(st.integers(16, 200), st.integers(16, 3000))
+
+
+class EntryLoggerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="entrylogger-"))
+        self.dirs = [self.root / "a", self.root / "b"]
+        self.now = 0.0
+        self.written: dict[tuple[int, int], tuple[int, bytes]] = {}
+        self.next_entry: dict[int, int] = {}
+        self.pointer = 0
+        self.plan: CheckpointPlan | None = None
+        self.logger = self._open(per_ledger=True, upstream=False, preallocation=True)
+
+    def _clock(self) -> float:
+        return self.now
+
+    def _open(self, *, per_ledger: bool, upstream: bool, preallocation: bool) -> EntryLogger:
+        return EntryLogger(
+            self.dirs,
+            per_ledger=per_ledger,
+            log_size_limit=HEADER_SIZE + 1500,
+            expiry_seconds=100,
+            max_active_logs=3,
+            max_open_read_files=2,
+            write_buffer_size=2048,
+            preallocation=preallocation,
+            upstream_behaviour=upstream,
+            clock=self._clock,
+        )
+
+    @initialize(per_ledger=st.booleans(), upstream=st.booleans(), preallocation=st.booleans())
+    def configure(self, per_ledger: bool, upstream: bool, preallocation: bool) -> None:
+        self.logger.close()
+        shutil.rmtree(self.root)
+        self.logger = self._open(
+            per_ledger=per_ledger, upstream=upstream, preallocation=preallocation
+        )
+
+    def teardown(self) -> None:
+        self.logger.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ rules
+
+    def _add(self, ledger: int, size: int, seed: int) -> None:
+        entry = self.next_entry.get(ledger, 0)
+        body = seeded_entry(ledger, entry, size, seed)
+        location = self.logger.add_entry(ledger, body)
+        self.written[ledger, entry] = (location, body)
+        self.next_entry[ledger] = entry + 1
+
+    @rule(ledger=LEDGERS, size=SIZES, seed=st.integers(0, 2**16))
+    def add(self, ledger: int, size: int, seed: int) -> None:
+        self._add(ledger, size, seed)
+
+    @rule(ledger=LEDGERS, size=SIZES, seed=st.integers(0, 2**16), failures=st.integers(1, 3))
+    def add_on_full_disk(self, ledger: int, size: int, seed: int, failures: int) -> None:
+        # The next `failures` writes to any file fail with ENOSPC. The add either fits in
+        # memory (and succeeds) or fails after its log was rotated (BP-32).
+        real_write = os.write
+        left = [failures]
+
+        def failing_write(fd: int, data: ReadableBuffer) -> int:
+            if left[0] > 0:
+                left[0] -= 1
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(fd, data)
+
+        os.write = failing_write
+        error: OSError | None = None
+        try:
+            self._add(ledger, size, seed)
+        except OSError as e:
+            error = e
+        finally:
+            os.write = real_write
+        if error is not None:
+            assert error.errno == errno.ENOSPC
+            assert self.logger.current_log_id(ledger) is None
+
+    @precondition(lambda self: self.written)
+    @rule(data=st.data())
+    def read_one(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.written)))
+        location, body = self.written[key]
+        assert self.logger.read_entry(*key, location) == body
+
+    @rule(
+        ledger=LEDGERS,
+        reason=st.sampled_from(
+            [
+                RotationReason.WRITE_CLOSE,
+                RotationReason.FENCE,
+                RotationReason.REPLICATION,
+                RotationReason.WRITE_ERROR,
+            ]
+        ),
+    )
+    def rotate(self, ledger: int, reason: RotationReason) -> None:
+        had = self.logger.current_log_id(ledger) is not None
+        rotated = self.logger.rotate_ledger(ledger, reason)
+        ignored = self.logger.upstream_behaviour and reason is not RotationReason.WRITE_ERROR
+        if not self.logger.per_ledger or ignored:
+            assert not rotated
+        else:
+            assert rotated == had
+
+    @rule(ledger=LEDGERS)
+    def create_new_log(self, ledger: int) -> None:
+        log_id = self.logger.create_new_log(ledger)
+        assert self.logger.current_log_id(ledger) == log_id
+
+    @rule(seconds=st.sampled_from([0.5, 30, 99.9, 100, 250]))
+    def advance_clock(self, seconds: float) -> None:
+        self.now += seconds
+        deadline = self.logger.next_expiry_deadline()
+        events = self.logger.expire_idle()
+        if self.logger.upstream_behaviour or not self.logger.per_ledger:
+            assert events == []
+            assert deadline is None
+        else:
+            assert bool(events) == (deadline is not None and deadline <= self.now)
+            deadline = self.logger.next_expiry_deadline()
+            assert deadline is None or deadline > self.now
+
+    @rule()
+    def checkpoint(self) -> None:
+        self.logger.checkpoint()
+        assert self.logger.rotated_log_count == 0 or self.plan is not None
+
+    @precondition(lambda self: self.plan is None)
+    @rule()
+    def prepare_checkpoint(self) -> None:
+        self.plan = self.logger.prepare_checkpoint()
+
+    @precondition(lambda self: self.plan is not None)
+    @rule()
+    def complete_checkpoint(self) -> None:
+        plan, self.plan = self.plan, None
+        assert plan is not None
+        plan.sync()
+        rotated = set(plan.rotated_log_ids)
+        self.logger.complete_checkpoint(plan)
+        for log_id in rotated:
+            assert self.logger.is_flushed_log_id(log_id)
+
+    @rule(per_ledger=st.booleans(), upstream=st.booleans(), preallocation=st.booleans())
+    def restart(self, per_ledger: bool, upstream: bool, preallocation: bool) -> None:
+        self.plan = None  # an abandoned plan changes nothing
+        self.logger.close()
+        before = set(self.logger.log_ids())  # without the unused preallocated log, deleted
+        self.logger = self._open(
+            per_ledger=per_ledger, upstream=upstream, preallocation=preallocation
+        )
+        # Every log of the earlier run is closed, hence flushed.
+        assert set(self.logger.flushed_log_ids()) >= before
+        assert self.logger.least_unflushed_log_id > max(before, default=-1)
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        self.logger._check()
+        pointer = self.logger.least_unflushed_log_id
+        assert pointer >= self.pointer
+        self.pointer = pointer
+        flushed = set(self.logger.flushed_log_ids())
+        assert flushed <= set(self.logger.log_ids())
+        assert not flushed & set(self.logger.active_logs().values())
+        assert not flushed & set(self.logger.rotated_log_ids())
+
+    @invariant()
+    def everything_reads_back(self) -> None:
+        for (ledger, entry), (location, body) in self.written.items():
+            assert self.logger.read_entry(ledger, entry, location) == body
+
+
+EntryLoggerMachine.TestCase.settings = settings(stateful_step_count=50)
+TestEntryLogger = EntryLoggerMachine.TestCase
