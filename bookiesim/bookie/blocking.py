@@ -1,0 +1,32 @@
+"""Where blocking file-system calls (fsync, lastMark writes) run.
+
+In real time they go to a worker thread so adds keep flowing while the disk works. Under
+virtual time (``trio.testing.MockClock``) they run inline: with autojump, trio sees every
+task blocked while a thread works and jumps the clock to the next timer, so a 2 ms fsync
+could appear to take hours of virtual time and timers would fire in an order no real
+bookie shows. Inline calls keep a virtual-time run deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar, TypeVarTuple
+
+import trio
+import trio.testing
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+def in_virtual_time() -> bool:
+    return isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock)
+
+
+async def run_blocking(fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    """Run ``fn(*args)`` in a worker thread, or inline under virtual time."""
+    if in_virtual_time():
+        result = fn(*args)
+        await trio.lowlevel.checkpoint()
+        return result
+    return await trio.to_thread.run_sync(fn, *args)

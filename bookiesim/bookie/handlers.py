@@ -1,0 +1,388 @@
+"""v3 request processing: one function per operation, status codes exactly as §1.7.
+
+Each handler gets the parsed request and a ``respond`` callable. Operations that finish
+on the spot (reads, most errors) respond before returning; adds respond from the journal's
+completion callback, so no task is spawned per add. Operations that must wait (fencing
+reads, long polls) are run as tasks by the connection: :func:`needs_task` says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import struct
+import time
+from collections.abc import Callable
+from typing import ClassVar, TypeAlias
+
+from bookiesim.bookie.bookie import Bookie
+from bookiesim.bookie.errors import BookieError
+from bookiesim.bookie.ledger_storage import entry_header
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+Respond = Callable[[pb.Response], None]
+Status: TypeAlias = pb.StatusCode.ValueType
+OPERATION_NAMES = {value: name.lower() for name, value in pb.OperationType.items()}
+STATUS_NAMES = {value: name for name, value in pb.StatusCode.items()}
+AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
+DEFERRED_SYNC = 0x1
+
+
+def _response(request: pb.Request, status: Status) -> pb.Response:
+    header = request.header
+    return pb.Response(
+        header=pb.BKPacketHeader(
+            version=pb.VERSION_THREE, operation=header.operation, txnId=header.txnId
+        ),
+        status=status,
+    )
+
+
+class RequestProcessor:
+    """Dispatches requests of every connection to one :class:`Bookie`."""
+
+    def __init__(self, bookie: Bookie) -> None:
+        self.bookie = bookie
+        self.metrics = bookie.metrics
+
+    def needs_task(self, request: pb.Request) -> bool:
+        if request.header.operation != pb.READ_ENTRY or not request.HasField("readRequest"):
+            return False
+        read = request.readRequest
+        return read.HasField("previousLAC") or (
+            read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+        )
+
+    def _finish(
+        self, request: pb.Request, response: pb.Response, started: float, respond: Respond
+    ) -> None:
+        op = OPERATION_NAMES.get(request.header.operation, "unknown")
+        self.metrics.request(
+            op, STATUS_NAMES.get(response.status, "UNKNOWN"), time.perf_counter() - started
+        )
+        respond(response)
+
+    def process(self, request: pb.Request, respond: Respond) -> None:
+        """Handle an operation that does not wait (everything but :meth:`needs_task`)."""
+        started = time.perf_counter()
+        if request.header.version != pb.VERSION_THREE:
+            self._finish(request, _response(request, pb.EBADVERSION), started, respond)
+            return
+        op = request.header.operation
+        handler = self._sync_handlers.get(op)
+        try:
+            if handler is None:
+                # Upstream's default branch: a bare response with EBADREQ.
+                response = _response(request, pb.EBADREQ)
+            else:
+                maybe = handler(self, request, started, respond)
+                if maybe is None:
+                    return  # responds later (journal callback)
+                response = maybe
+        except BookieError as exc:
+            response = self._error_response(request, exc.status)
+        except Exception:
+            log.exception("unexpected error handling %s", OPERATION_NAMES.get(op, op))
+            response = self._error_response(request, pb.EBADREQ)
+        self._finish(request, response, started, respond)
+
+    async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
+        """Fencing reads and long-poll reads."""
+        started = time.perf_counter()
+        if request.header.version != pb.VERSION_THREE:
+            self._finish(request, _response(request, pb.EBADVERSION), started, respond)
+            return
+        try:
+            response = await self._read_waiting(request)
+        except BookieError as exc:
+            response = self._error_response(request, exc.status)
+        except Exception:
+            log.exception("unexpected error in a waiting read")
+            response = self._error_response(request, pb.EBADREQ)
+        self._finish(request, response, started, respond)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _error_response(self, request: pb.Request, status: Status) -> pb.Response:
+        """An error response with the operation's own sub-message, as upstream fills it."""
+        response = _response(request, status)
+        op = request.header.operation
+        st = status
+        if op == pb.ADD_ENTRY and request.HasField("addRequest"):
+            add = request.addRequest
+            response.addResponse.CopyFrom(
+                pb.AddResponse(status=st, ledgerId=add.ledgerId, entryId=add.entryId)
+            )
+        elif op == pb.READ_ENTRY and request.HasField("readRequest"):
+            read = request.readRequest
+            response.readResponse.CopyFrom(
+                pb.ReadResponse(status=st, ledgerId=read.ledgerId, entryId=read.entryId)
+            )
+        elif op == pb.WRITE_LAC and request.HasField("writeLacRequest"):
+            response.writeLacResponse.CopyFrom(
+                pb.WriteLacResponse(status=st, ledgerId=request.writeLacRequest.ledgerId)
+            )
+        elif op == pb.READ_LAC and request.HasField("readLacRequest"):
+            response.readLacResponse.CopyFrom(
+                pb.ReadLacResponse(status=st, ledgerId=request.readLacRequest.ledgerId)
+            )
+        elif op == pb.FORCE_LEDGER and request.HasField("forceLedgerRequest"):
+            response.forceLedgerResponse.CopyFrom(
+                pb.ForceLedgerResponse(status=st, ledgerId=request.forceLedgerRequest.ledgerId)
+            )
+        elif op == pb.WRITE_CLOSE and request.HasField("writeCloseRequest"):
+            response.writeCloseResponse.CopyFrom(
+                pb.WriteCloseResponse(status=st, ledgerId=request.writeCloseRequest.ledgerId)
+            )
+        elif op == pb.GET_LIST_OF_ENTRIES_OF_LEDGER and request.HasField(
+            "getListOfEntriesOfLedgerRequest"
+        ):
+            response.getListOfEntriesOfLedgerResponse.CopyFrom(
+                pb.GetListOfEntriesOfLedgerResponse(
+                    status=st, ledgerId=request.getListOfEntriesOfLedgerRequest.ledgerId
+                )
+            )
+        elif op == pb.GET_BOOKIE_INFO:
+            response.getBookieInfoResponse.CopyFrom(pb.GetBookieInfoResponse(status=st))
+        return response
+
+    def _require(self, request: pb.Request, field: str) -> None:
+        if not request.HasField(field):  # type: ignore[arg-type]
+            raise _BadRequest(f"{OPERATION_NAMES.get(request.header.operation)} without {field}")
+
+    # -- operations --------------------------------------------------------------------
+
+    def _add(self, request: pb.Request, started: float, respond: Respond) -> pb.Response | None:
+        self._require(request, "addRequest")
+        add = request.addRequest
+        recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
+        deferred = bool(add.writeFlags & DEFERRED_SYNC) if add.HasField("writeFlags") else False
+        # Ids come from the body, not from AddRequest's fields (upstream does the same).
+        header = entry_header(add.body)
+
+        def done(error: BaseException | None) -> None:
+            status = pb.EOK if error is None else pb.EIO
+            response = pb.Response(
+                header=pb.BKPacketHeader(
+                    version=pb.VERSION_THREE, operation=pb.ADD_ENTRY, txnId=request.header.txnId
+                ),
+                status=status,
+                addResponse=pb.AddResponse(
+                    status=status, ledgerId=header.ledger_id, entryId=header.entry_id
+                ),
+            )
+            self._finish(request, response, started, respond)
+
+        self.bookie.add_entry(
+            add.body,
+            add.masterKey,
+            done,
+            recovery=recovery,
+            ack_before_sync=deferred,
+            header=header,
+        )
+        return None
+
+    def _read(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
+        self._require(request, "readRequest")
+        read = request.readRequest
+        if read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK:
+            # Piggyback without previousLAC is malformed (§1.7).
+            raise _BadRequest("ENTRY_PIGGYBACK without previousLAC")
+        body, lac = self.bookie.read_entry(read.ledgerId, read.entryId)
+        return self._read_response(request, body, lac)
+
+    def _read_response(self, request: pb.Request, body: bytes | None, lac: int) -> pb.Response:
+        read = request.readRequest
+        response = _response(request, pb.EOK)
+        rr = response.readResponse
+        rr.status = pb.EOK
+        rr.ledgerId = read.ledgerId
+        rr.entryId = read.entryId
+        if body is not None:
+            rr.body = body
+        rr.maxLAC = lac
+        return response
+
+    async def _read_waiting(self, request: pb.Request) -> pb.Response:
+        self._require(request, "readRequest")
+        read = request.readRequest
+        bookie = self.bookie
+        if read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER:
+            if not read.HasField("masterKey"):
+                raise _Unauthorized("fencing read without a master key")
+            await bookie.fence(read.ledgerId, read.masterKey)
+            body, lac = bookie.read_entry(read.ledgerId, read.entryId)
+            return self._read_response(request, body, lac)
+        # Long poll.
+        piggyback = read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK
+        if piggyback and read.entryId != -1:
+            raise _BadRequest("ENTRY_PIGGYBACK needs entryId -1")
+        timeout = max(read.timeOut, 0) / 1000 if read.HasField("timeOut") else 0.0
+        await bookie.wait_for_lac(read.ledgerId, read.previousLAC, timeout)
+        lac = bookie.last_add_confirmed(read.ledgerId)
+        if piggyback:
+            if lac <= read.previousLAC:
+                return self._read_response(request, None, lac)
+            # EOK without a body when this bookie does not hold the next entry (§1.7).
+            next_body: bytes | None = None
+            with contextlib.suppress(BookieError):
+                next_body, lac = bookie.read_entry(read.ledgerId, read.previousLAC + 1)
+            return self._read_response(request, next_body, lac)
+        body, lac = bookie.read_entry(read.ledgerId, read.entryId)
+        return self._read_response(request, body, lac)
+
+    def _write_lac(
+        self, request: pb.Request, started: float, respond: Respond
+    ) -> pb.Response | None:
+        self._require(request, "writeLacRequest")
+        wl = request.writeLacRequest
+
+        def done(error: BaseException | None) -> None:
+            status = pb.EOK if error is None else pb.EIO
+            response = _response(request, status)
+            response.writeLacResponse.CopyFrom(
+                pb.WriteLacResponse(status=status, ledgerId=wl.ledgerId)
+            )
+            self._finish(request, response, started, respond)
+
+        self.bookie.write_lac(wl.ledgerId, wl.lac, wl.masterKey, wl.body, done)
+        return None
+
+    def _read_lac(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
+        self._require(request, "readLacRequest")
+        ledger_id = request.readLacRequest.ledgerId
+        explicit, last = self.bookie.read_lac(ledger_id)
+        if explicit is None and last is None:
+            return self._error_response(request, pb.ENOENTRY)
+        response = _response(request, pb.EOK)
+        rl = response.readLacResponse
+        rl.status = pb.EOK
+        rl.ledgerId = ledger_id
+        if explicit is not None:
+            rl.lacBody = explicit
+        if last is not None:
+            rl.lastEntryBody = last
+        return response
+
+    def _force_ledger(
+        self, request: pb.Request, started: float, respond: Respond
+    ) -> pb.Response | None:
+        self._require(request, "forceLedgerRequest")
+        ledger_id = request.forceLedgerRequest.ledgerId
+
+        def done(error: BaseException | None) -> None:
+            status = pb.EOK if error is None else pb.EIO
+            response = _response(request, status)
+            response.forceLedgerResponse.CopyFrom(
+                pb.ForceLedgerResponse(status=status, ledgerId=ledger_id)
+            )
+            self._finish(request, response, started, respond)
+
+        self.bookie.force_ledger(ledger_id, done)
+        return None
+
+    def _bookie_info(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
+        requested = (
+            request.getBookieInfoRequest.requested
+            if request.HasField("getBookieInfoRequest")
+            else 0
+        )
+        total, free = self.bookie.disk_usage()
+        response = _response(request, pb.EOK)
+        info = response.getBookieInfoResponse
+        info.status = pb.EOK
+        if requested & pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY:
+            info.totalDiskCapacity = total
+        if requested & pb.GetBookieInfoRequest.FREE_DISK_SPACE:
+            info.freeDiskSpace = free
+        return response
+
+    def _list_entries(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
+        self._require(request, "getListOfEntriesOfLedgerRequest")
+        ledger_id = request.getListOfEntriesOfLedgerRequest.ledgerId
+        entries = self.bookie.entry_ids(ledger_id)
+        response = _response(request, pb.EOK)
+        out = response.getListOfEntriesOfLedgerResponse
+        out.status = pb.EOK
+        out.ledgerId = ledger_id
+        out.availabilityOfEntriesOfLedger = encode_availability(entries)
+        return response
+
+    def _auth(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
+        # Auth is disabled: every connection is authenticated; a stray AUTH gets EOK.
+        response = _response(request, pb.EOK)
+        response.authResponse.CopyFrom(
+            pb.AuthMessage(authPluginName=AUTH_DISABLED_PLUGIN, payload=b"")
+        )
+        return response
+
+    def _write_close(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
+        self._require(request, "writeCloseRequest")
+        wc = request.writeCloseRequest
+        try:
+            outcome = self.bookie.write_close(wc.ledgerId, wc.masterKey)
+        except BookieError as exc:
+            label = {pb.ENOLEDGER: "unknown_ledger", pb.EUA: "bad_key"}.get(exc.status, "error")
+            self.metrics.write_close(label)
+            raise
+        self.metrics.write_close(outcome)
+        response = _response(request, pb.EOK)
+        response.writeCloseResponse.CopyFrom(
+            pb.WriteCloseResponse(status=pb.EOK, ledgerId=wc.ledgerId)
+        )
+        return response
+
+    _sync_handlers: ClassVar[
+        dict[int, Callable[[RequestProcessor, pb.Request, float, Respond], pb.Response | None]]
+    ] = {
+        pb.ADD_ENTRY: _add,
+        pb.READ_ENTRY: _read,
+        pb.WRITE_LAC: _write_lac,
+        pb.READ_LAC: _read_lac,
+        pb.FORCE_LEDGER: _force_ledger,
+        pb.GET_BOOKIE_INFO: _bookie_info,
+        pb.GET_LIST_OF_ENTRIES_OF_LEDGER: _list_entries,
+        pb.AUTH: _auth,
+        pb.WRITE_CLOSE: _write_close,
+    }
+
+
+class _BadRequest(BookieError):
+    status = pb.EBADREQ
+
+
+class _Unauthorized(BookieError):
+    status = pb.EUA
+
+
+def encode_availability(entry_ids: list[int]) -> bytes:
+    """Upstream's AvailabilityOfEntriesOfLedger bytes (§1.3): a 64-byte header (version 0,
+    number of groups) and 24-byte sequence groups of (firstSequenceStart, lastSequenceStart,
+    sequenceSize, sequencePeriod). We emit one group per run of consecutive ids (period 0
+    for single-entry sequences), which upstream's decoder reads back as the same set."""
+    runs: list[tuple[int, int]] = []
+    for entry_id in sorted(set(entry_ids)):
+        if runs and runs[-1][0] + runs[-1][1] == entry_id:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((entry_id, 1))
+    header = struct.pack(">ii", 0, len(runs)) + bytes(56)
+    groups = b"".join(struct.pack(">qqii", start, start, size, 0) for start, size in runs)
+    return header + groups
+
+
+def decode_availability(data: bytes) -> list[int]:
+    """The entry ids in upstream's AvailabilityOfEntriesOfLedger bytes."""
+    version, count = struct.unpack_from(">ii", data)
+    if version != 0:
+        raise ValueError(f"availability version {version} is not 0")
+    out: list[int] = []
+    for i in range(count):
+        first, last, size, period = struct.unpack_from(">qqii", data, 64 + 24 * i)
+        starts = [first] if period == 0 else list(range(first, last + 1, period))
+        for start in starts:
+            out.extend(range(start, start + size))
+    return out

@@ -1,0 +1,190 @@
+"""Ledger storage: entry logs plus the per-ledger index (upstream's InterleavedLedgerStorage).
+
+The entry logger decides *where* an entry's bytes go (a log per ledger, or one interleaved
+log); the index records *that* they are there: entry id → 64-bit location, plus each
+ledger's master key, fenced bit and explicit LAC. This class is the only place that keeps
+the two consistent. It does no journaling and knows nothing about the network.
+
+Entry ids and the ledger id come from the body itself (bytes 0..16), as upstream: the
+client's ``AddRequest.ledgerId`` is not trusted.
+
+Checkpoint order (why it is safe): the caller takes the journal's synced mark *before*
+calling :meth:`checkpoint`; we then make entry logs and index durable; only afterwards may
+the caller persist the mark. Anything added after the mark is replayed from the journal
+after a crash, overwriting whatever the index held for it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bookiesim.bookie.blocking import run_blocking
+from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
+from bookiesim.bookie.ledger_index import LedgerIndex
+from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
+from bookiesim.entrylog.logger import EntryLogger, RotationEvent, RotationReason
+
+_IDS = struct.Struct(">qqq")
+
+
+@dataclass(frozen=True)
+class EntryHeader:
+    ledger_id: int
+    entry_id: int
+    lac: int
+
+
+def entry_header(body: bytes) -> EntryHeader:
+    """Ledger id, entry id and the client's LAC from a packaged entry body."""
+    if len(body) < MIN_SANE_ENTRY_SIZE:
+        raise BadRequestError(f"entry body of {len(body)} bytes is shorter than 16")
+    if len(body) < 24:
+        ledger_id, entry_id = struct.unpack_from(">qq", body)
+        return EntryHeader(ledger_id, entry_id, -1)
+    return EntryHeader(*_IDS.unpack_from(body))
+
+
+class LedgerStorage:
+    """Entries, keys, fence bits and explicit LACs of every ledger on this bookie."""
+
+    def __init__(
+        self,
+        entry_logger: EntryLogger,
+        index: LedgerIndex,
+    ) -> None:
+        self.entry_logger = entry_logger
+        self.index = index
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: BookieConfig,
+        *,
+        clock: Callable[[], float],
+        on_rotate: Callable[[RotationEvent], None] | None = None,
+    ) -> LedgerStorage:
+        logger = EntryLogger.from_config(cfg, clock=clock, on_rotate=on_rotate)
+        index = LedgerIndex(cfg.effective_index_directories, max_open_files=cfg.open_file_limit)
+        return cls(logger, index)
+
+    # -- ledgers -----------------------------------------------------------------------
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        return self.index.exists(ledger_id)
+
+    def create_ledger(self, ledger_id: int, master_key: bytes) -> None:
+        self.index.create_ledger(ledger_id, master_key)
+
+    def master_key(self, ledger_id: int) -> bytes:
+        self._require(ledger_id)
+        return self.index.get_master_key(ledger_id)
+
+    def set_fenced(self, ledger_id: int) -> bool:
+        self._require(ledger_id)
+        return self.index.set_fenced(ledger_id)
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        self._require(ledger_id)
+        return self.index.is_fenced(ledger_id)
+
+    def set_explicit_lac(self, ledger_id: int, blob: bytes) -> None:
+        self._require(ledger_id)
+        self.index.set_explicit_lac(ledger_id, blob)
+
+    def explicit_lac(self, ledger_id: int) -> bytes | None:
+        self._require(ledger_id)
+        return self.index.get_explicit_lac(ledger_id)
+
+    def ledger_ids(self) -> list[int]:
+        return self.index.ledger_ids()
+
+    def delete_ledger(self, ledger_id: int) -> bool:
+        return self.index.delete_ledger(ledger_id)
+
+    def _require(self, ledger_id: int) -> None:
+        if not self.index.exists(ledger_id):
+            raise NoLedgerError(ledger_id)
+
+    # -- entries -----------------------------------------------------------------------
+
+    def add_entry(self, header: EntryHeader, body: bytes) -> int:
+        """Append ``body`` to the ledger's entry log and index it; returns the location.
+
+        The entry is readable at once but durable only after the journal's sync (or the next
+        checkpoint). A write error has already rotated the ledger's log when it reaches us.
+        """
+        location = self.entry_logger.add_entry(header.ledger_id, body)
+        self.index.set_location(header.ledger_id, header.entry_id, location)
+        return location
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id stored for the ledger, -1 if it has none."""
+        self._require(ledger_id)
+        return self.index.last_entry_id(ledger_id)
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The stored body; entry id -1 means the last entry this bookie has."""
+        self._require(ledger_id)
+        if entry_id == -1:
+            entry_id = self.index.last_entry_id(ledger_id)
+            if entry_id < 0:
+                raise NoEntryError(ledger_id, -1)
+        elif entry_id < 0:
+            raise NoEntryError(ledger_id, entry_id)
+        location = self.index.get_location(ledger_id, entry_id)
+        if location == 0:
+            raise NoEntryError(ledger_id, entry_id)
+        return self.entry_logger.read_entry(ledger_id, entry_id, location)
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        self._require(ledger_id)
+        return [entry_id for entry_id, _ in self.index.entries(ledger_id)]
+
+    def rotate_ledger_log(self, ledger_id: int, reason: RotationReason) -> bool:
+        return self.entry_logger.rotate_ledger(ledger_id, reason)
+
+    # -- durability --------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Make every entry log and index file durable; rotated logs are closed.
+
+        Buffers reach the OS on the trio thread (so no add interleaves with it), the fsyncs
+        run in a worker thread while adds continue, and the bookkeeping that moves
+        leastUnflushedLogId happens back on the trio thread.
+        """
+        plan = self.entry_logger.prepare_checkpoint()
+        index_paths = self.index.flush_dirty()
+        await run_blocking(_sync_all, plan.sync, index_paths)
+        self.entry_logger.complete_checkpoint(plan)
+
+    def checkpoint_blocking(self) -> None:
+        """The same, without trio (replay at start-up, tests, shutdown)."""
+        plan = self.entry_logger.prepare_checkpoint()
+        index_paths = self.index.flush_dirty()
+        _sync_all(plan.sync, index_paths)
+        self.entry_logger.complete_checkpoint(plan)
+
+    def close(self) -> None:
+        self.index.flush()
+        self.index.close()
+        self.entry_logger.close()
+
+
+def _sync_all(sync_logs: Callable[[], None], paths: Sequence[Path]) -> None:
+    sync_logs()
+    for path in paths:
+        # A separate descriptor: fsync flushes the file, whichever descriptor wrote it, and the
+        # index's own descriptors belong to the trio thread.
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # deleted since (ledger deleted by GC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,140 @@
+"""Running a bookie: storage, server and admin HTTP in one trio run.
+
+:class:`BookieService` wires a :class:`~bookiesim.bookie.bookie.Bookie` to its v3 server and
+its admin/metrics HTTP server. The command line (``bookiesim bookie``) runs one per process;
+tests and experiments run several in one process through :mod:`bookiesim.testing`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from bookiesim import __version__
+from bookiesim.bookie.bookie import Bookie
+from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie.handlers import RequestProcessor
+from bookiesim.bookie.http_admin import (
+    AdminRequest,
+    AdminResponse,
+    AdminRouter,
+    json_response,
+    metrics_handler,
+    serve_admin,
+)
+from bookiesim.bookie.metrics import BookieMetrics
+from bookiesim.bookie.server import BookieServer
+
+log = logging.getLogger(__name__)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@dataclass(frozen=True)
+class BookieAddress:
+    host: str
+    bookie_port: int
+    http_port: int
+
+    @property
+    def bookie_id(self) -> str:
+        """Upstream's BookieId form, ``host:port``."""
+        return f"{self.host}:{self.bookie_port}"
+
+
+class BookieService:
+    """A bookie with its servers; :meth:`run` serves until cancelled."""
+
+    def __init__(self, cfg: BookieConfig) -> None:
+        self.cfg = cfg
+        self.metrics = BookieMetrics()
+        self.bookie = Bookie(cfg, self.metrics)
+        self.processor = RequestProcessor(self.bookie)
+        self.server = BookieServer(self.processor, max_frame_size=cfg.netty_max_frame_size_bytes)
+        self.address: BookieAddress | None = None
+
+    def admin_router(self) -> AdminRouter:
+        router = AdminRouter()
+        router.add("GET", "/metrics", metrics_handler(self.metrics.render))
+        router.add("GET", "/api/v1/bookie/info", self._info)
+        router.add("GET", "/api/v1/bookie/state", self._state)
+        return router
+
+    async def _info(self, request: AdminRequest) -> AdminResponse:
+        return json_response(self.info())
+
+    async def _state(self, request: AdminRequest) -> AdminResponse:
+        writable = self.bookie.journal.failed is None
+        return json_response(
+            {
+                "running": self.bookie.ready.is_set(),
+                "readOnly": not writable,
+                "shuttingDown": False,
+                "availableForHighPriorityWrites": writable,
+            }
+        )
+
+    def info(self) -> dict[str, Any]:
+        address = self.address
+        info: dict[str, Any] = {"version": __version__}
+        if address is not None:
+            info |= {
+                "bookieId": address.bookie_id,
+                "bookiePort": address.bookie_port,
+                "httpServerPort": address.http_port,
+            }
+        return info | self.bookie.info()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        cfg = self.cfg
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.bookie.run)
+            bookie_port = await nursery.start(
+                self.server.serve, cfg.bookie_address, cfg.bookie_port
+            )
+            http_port = await nursery.start(
+                serve_admin, self.admin_router(), cfg.http_server_host, cfg.http_server_port
+            )
+            self.address = BookieAddress(cfg.bookie_address, bookie_port, http_port)
+            task_status.started(self.address)
+
+
+async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> None:
+    """Serve until SIGINT or SIGTERM, then stop cleanly (final checkpoint)."""
+    service = BookieService(cfg)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(service.run)
+            if announce:
+                ready = {
+                    "bookiePort": address.bookie_port,
+                    "httpServerPort": address.http_port,
+                    "bookieId": address.bookie_id,
+                    "pid": os.getpid(),
+                    "metrics": f"http://{cfg.http_server_host}:{address.http_port}/metrics",
+                    "ledgerDirectories": [str(d) for d in cfg.ledger_directories],
+                    "journalDirectory": str(cfg.effective_journal_directories[0]),
+                }
+                print(json.dumps(ready), flush=True)
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def main_sync(cfg: BookieConfig) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    trio.run(run_until_signalled, cfg)
+    return 0

@@ -1,0 +1,88 @@
+"""Entry log per ledger through the running bookie: write-close and fencing rotate at once,
+the next checkpoint flushes and moves leastUnflushedLogId, and an idle bookie still rotates
+expired logs (upstream's lazy expiry never does). Timers run in virtual time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from bookiesim.entrylog.logger import RotationReason
+from bookiesim.testing import bookie_client, bookie_config, running_bookie
+
+
+async def test_write_close_rotates_and_next_checkpoint_advances_pointer(tmp_path: Path) -> None:
+    cfg = bookie_config(tmp_path, flush_interval=3_600_000)
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        logger = svc.bookie.storage.entry_logger
+        for ledger_id in (1, 2):
+            for entry_id in range(3):
+                await c.add(ledger_id, entry_id, b"x" * 100, lac=entry_id - 1)
+        logs = logger.active_logs()
+        assert set(logs) == {1, 2}
+        before = logger.least_unflushed_log_id
+        await c.write_close(1)
+        assert logger.rotated_log_count == 1
+        # Rotation alone does not move the pointer: the log is not durable and closed yet.
+        assert logger.least_unflushed_log_id == before
+        await svc.bookie.checkpoint()
+        assert logger.rotated_log_count == 0
+        assert logger.is_flushed_log_id(logs[1])
+        assert not logger.is_flushed_log_id(logs[2])
+        assert logger.rotations[RotationReason.WRITE_CLOSE] == 1
+        # The data is still readable from the closed log.
+        r = await c.read(1, 2)
+        assert r.readResponse.body.endswith(b"x" * 100)
+
+
+async def test_idle_bookie_rotates_expired_logs(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = bookie_config(
+        tmp_path, entrylog_map_access_expiry_time_in_seconds=300, flush_interval=10_000
+    )
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        logger = svc.bookie.storage.entry_logger
+        await c.add(1, 0, b"a")
+        log_id = logger.active_logs()[1]
+        await trio.sleep(200)
+        assert logger.active_log_count == 1, "expired too early"
+        await trio.sleep(150)  # past 300 s idle, then one checkpoint interval
+        assert logger.active_log_count == 0
+        assert logger.rotations[RotationReason.EXPIRY] == 1
+        assert logger.is_flushed_log_id(log_id)
+
+
+async def test_upstream_behaviour_never_rotates_an_idle_bookie(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = bookie_config(
+        tmp_path,
+        entrylog_map_access_expiry_time_in_seconds=300,
+        upstream_behaviour=True,
+    )
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        logger = svc.bookie.storage.entry_logger
+        await c.add(1, 0, b"a")
+        await trio.sleep(3600)
+        assert logger.active_log_count == 1
+        assert logger.rotations[RotationReason.EXPIRY] == 0
+        # Write-close is not part of upstream either.
+        await c.write_close(1)
+        assert logger.active_log_count == 1
+
+
+async def test_metrics_show_rotations_and_pointer(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        await c.write_close(1)
+        await svc.bookie.checkpoint()
+        body, _ = svc.metrics.render()
+        text = body.decode()
+        assert 'bookie_entrylog_rotations_total{reason="write_close"} 1.0' in text
+        assert 'bookie_write_close_requests_total{outcome="rotated"} 1.0' in text
+        pointer = svc.bookie.storage.entry_logger.least_unflushed_log_id
+        assert f"bookie_entrylog_least_unflushed_log_id {float(pointer)}" in text
+        assert 'bookie_requests_total{operation="add_entry",status="EOK"} 1.0' in text

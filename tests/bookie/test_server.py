@@ -1,0 +1,296 @@
+"""The bookie as a client sees it: every v3 operation and status code of reference §1.7,
+through a real socket."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+import trio
+
+from bookiesim.bookie.handlers import decode_availability, encode_availability
+from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
+from bookiesim.client.digest import DigestManager
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.frames import encode_frame
+from bookiesim.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
+
+KEY_OTHER = b"\x01" * 20
+
+
+def status(response: pb.Response) -> str:
+    return pb.StatusCode.Name(response.status)
+
+
+async def test_add_then_read_returns_stored_bytes_and_lac(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        for entry_id in range(3):
+            r = await c.add(7, entry_id, b"payload-%d" % entry_id, lac=entry_id - 1)
+            assert status(r) == "EOK"
+            assert (r.addResponse.ledgerId, r.addResponse.entryId) == (7, entry_id)
+            assert r.header.operation == pb.ADD_ENTRY
+        r = await c.read(7, 1)
+        assert status(r) == "EOK"
+        verified = DigestManager(7, b"").verify(r.readResponse.body, expected_entry_id=1)
+        assert verified.payload == b"payload-1"
+        assert r.readResponse.maxLAC == 1
+        last = await c.read(7, -1)
+        assert DigestManager(7, b"").verify(last.readResponse.body).entry_id == 2
+
+
+async def test_read_statuses(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        assert status(await c.read(99, 0)) == "ENOLEDGER"
+        await c.add(1, 0, b"x")
+        assert status(await c.read(1, 5)) == "ENOENTRY"
+        r = await c.read(1, 5)
+        assert r.readResponse.ledgerId == 1
+        assert r.readResponse.entryId == 5
+
+
+async def test_ids_come_from_the_body_not_the_request(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        body = DigestManager(3, b"").package(0, -1, 1, b"z")
+        add = pb.AddRequest(ledgerId=999, entryId=42, masterKey=c.key, body=body)
+        r = await c.conn.call(c.request(pb.ADD_ENTRY, addRequest=add))
+        assert status(r) == "EOK"
+        assert status(await c.read(3, 0)) == "EOK"
+        assert status(await c.read(999, 42)) == "ENOLEDGER"
+
+
+async def test_master_key_mismatch_is_eua(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"x")
+        assert status(await c.add(1, 1, b"y", key=KEY_OTHER)) == "EUA"
+        assert status(await c.read(1, 1)) == "ENOENTRY", "a rejected add must store nothing"
+
+
+async def test_fencing(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        await c.add(1, 1, b"b", lac=0)
+        # A fencing read without a key is unauthorised; with a wrong key too.
+        no_key = pb.ReadRequest(ledgerId=1, entryId=-1, flag=pb.ReadRequest.FENCE_LEDGER)
+        r = await c.conn.call(c.request(pb.READ_ENTRY, readRequest=no_key))
+        assert status(r) == "EUA"
+        assert status(await c.read(1, -1, fence=True, key=KEY_OTHER)) == "EUA"
+        r = await c.read(1, -1, fence=True)
+        assert status(r) == "EOK"
+        assert DigestManager(1, b"").verify(r.readResponse.body).entry_id == 1
+        assert status(await c.add(1, 2, b"c", lac=1)) == "EFENCED"
+        assert status(await c.add(1, 2, b"c", lac=1, recovery=True)) == "EOK"
+        assert status(await c.add(1, 3, b"d", lac=1, recovery=True, key=KEY_OTHER)) == "EUA"
+        # Fencing rotates the ledger's log (BP-32).
+        assert svc.bookie.storage.entry_logger.rotations
+
+
+async def test_fencing_read_of_an_unknown_ledger_creates_it_and_answers_enoentry(
+    tmp_path: Path,
+) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        assert status(await c.read(5, -1, fence=True)) == "ENOENTRY"
+        assert status(await c.add(5, 0, b"late")) == "EFENCED"
+
+
+async def test_fence_survives_restart(tmp_path: Path) -> None:
+    cfg = bookie_config(tmp_path)
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        assert status(await c.read(1, 0, fence=True)) == "EOK"
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        assert status(await c.add(1, 1, b"b", lac=0)) == "EFENCED"
+        r = await c.read(1, 0)
+        assert DigestManager(1, b"").verify(r.readResponse.body).payload == b"a"
+
+
+async def test_long_poll_wakes_on_add_and_times_out(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a", lac=-1)
+        await c.add(1, 1, b"b", lac=0)  # LAC 0 on the bookie
+        started = trio.current_time()
+        r = await c.read(1, 0, previous_lac=0, timeout_ms=100)
+        assert trio.current_time() - started >= 0.09
+        assert status(r) == "EOK"
+        assert r.readResponse.maxLAC == 0
+
+        result: list[pb.Response] = []
+
+        async def poll() -> None:
+            result.append(await c.read(1, -1, previous_lac=0, timeout_ms=5000, piggyback=True))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            await trio.sleep(0.05)
+            await c.add(1, 2, b"c", lac=1)
+        (r,) = result
+        assert status(r) == "EOK"
+        assert r.readResponse.maxLAC == 1
+        # The piggybacked entry is previousLAC + 1.
+        assert DigestManager(1, b"").verify(r.readResponse.body).entry_id == 1
+
+
+async def test_piggyback_without_previous_lac_is_ebadreq(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        assert status(await c.read(1, -1, piggyback=True)) == "EBADREQ"
+
+
+async def test_write_lac_and_read_lac(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        r = await c.conn.call(c.request(pb.READ_LAC, readLacRequest=pb.ReadLacRequest(ledgerId=1)))
+        assert status(r) == "EOK"
+        assert not r.readLacResponse.HasField("lacBody")
+        assert DigestManager(1, b"").verify(r.readLacResponse.lastEntryBody).entry_id == 0
+        blob = DigestManager(1, b"").package_lac(0)
+        wl = pb.WriteLacRequest(ledgerId=1, lac=0, masterKey=c.key, body=blob)
+        r = await c.conn.call(c.request(pb.WRITE_LAC, writeLacRequest=wl))
+        assert status(r) == "EOK"
+        assert r.writeLacResponse.ledgerId == 1
+        r = await c.conn.call(c.request(pb.READ_LAC, readLacRequest=pb.ReadLacRequest(ledgerId=1)))
+        assert DigestManager(1, b"").verify_lac(r.readLacResponse.lacBody) == 0
+        r = await c.conn.call(c.request(pb.READ_LAC, readLacRequest=pb.ReadLacRequest(ledgerId=8)))
+        assert status(r) == "ENOLEDGER"
+
+
+async def test_read_lac_of_empty_ledger_is_enoentry(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.read(4, -1, fence=True)  # creates the ledger, no entries
+        r = await c.conn.call(c.request(pb.READ_LAC, readLacRequest=pb.ReadLacRequest(ledgerId=4)))
+        assert status(r) == "ENOENTRY"
+
+
+async def test_deferred_sync_and_force_ledger(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        r = await c.add(1, 0, b"a", write_flags=1)
+        assert status(r) == "EOK"
+        force = pb.ForceLedgerRequest(ledgerId=1)
+        r = await c.conn.call(c.request(pb.FORCE_LEDGER, forceLedgerRequest=force))
+        assert status(r) == "EOK"
+        assert r.forceLedgerResponse.ledgerId == 1
+
+
+async def test_get_bookie_info(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        flags = (
+            pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY | pb.GetBookieInfoRequest.FREE_DISK_SPACE
+        )
+        req = c.request(
+            pb.GET_BOOKIE_INFO, getBookieInfoRequest=pb.GetBookieInfoRequest(requested=flags)
+        )
+        r = await c.conn.call(req)
+        info = r.getBookieInfoResponse
+        assert status(r) == "EOK"
+        assert info.totalDiskCapacity >= info.freeDiskSpace > 0
+        only_free = c.request(
+            pb.GET_BOOKIE_INFO,
+            getBookieInfoRequest=pb.GetBookieInfoRequest(
+                requested=pb.GetBookieInfoRequest.FREE_DISK_SPACE
+            ),
+        )
+        r = await c.conn.call(only_free)
+        assert not r.getBookieInfoResponse.HasField("totalDiskCapacity")
+
+
+async def test_list_of_entries(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        for entry_id in (0, 1, 2, 5, 9):
+            await c.add(1, entry_id, b"e")
+        req = c.request(
+            pb.GET_LIST_OF_ENTRIES_OF_LEDGER,
+            getListOfEntriesOfLedgerRequest=pb.GetListOfEntriesOfLedgerRequest(ledgerId=1),
+        )
+        r = await c.conn.call(req)
+        data = r.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger
+        assert decode_availability(data) == [0, 1, 2, 5, 9]
+        # 64-byte header: version 0, then the number of sequence groups.
+        assert struct.unpack_from(">ii", data) == (0, 3)
+        assert len(data) == 64 + 3 * 24
+
+
+def test_availability_round_trip() -> None:
+    ids = [0, 1, 2, 3, 7, 100, 101]
+    assert decode_availability(encode_availability(ids)) == ids
+    assert decode_availability(encode_availability([])) == []
+
+
+async def test_auth_is_disabled_plugin(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        auth = pb.AuthMessage(authPluginName="x", payload=b"")
+        r = await c.conn.call(c.request(pb.AUTH, authRequest=auth))
+        assert status(r) == "EOK"
+        assert r.authResponse.authPluginName == "AuthDisabledPlugin"
+
+
+async def test_write_close(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        logger = svc.bookie.storage.entry_logger
+        assert logger.active_log_count == 1
+        assert status(await c.write_close(1, key=KEY_OTHER)) == "EUA"
+        r = await c.write_close(1)
+        assert status(r) == "EOK"
+        assert r.writeCloseResponse.ledgerId == 1
+        assert logger.active_log_count == 0
+        assert status(await c.write_close(1)) == "EOK"  # nothing left to rotate
+        assert status(await c.write_close(77)) == "ENOLEDGER"
+
+
+async def test_bad_version_and_unhandled_operation(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        header = pb.BKPacketHeader(version=pb.VERSION_TWO, operation=pb.READ_ENTRY, txnId=77)
+        req = pb.Request(header=header, readRequest=pb.ReadRequest(ledgerId=1, entryId=0))
+        r = await c.conn.call(req)
+        assert status(r) == "EBADVERSION"
+        assert r.header.txnId == 77
+        r = await c.conn.call(c.request(pb.RANGE_READ_ENTRY))
+        assert status(r) == "EBADREQ"
+
+
+async def test_malformed_frames_close_only_that_connection(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as good:
+        address = svc.address
+        assert address is not None
+        bad_inputs = [
+            encode_frame(b"\xff\xff\xff\xff garbage"),
+            struct.pack(">I", 5 * 1024 * 1024 + 1),  # over the frame limit
+            encode_frame(pb.Request(header=good.request(pb.ADD_ENTRY).header).SerializeToString())[
+                :-1
+            ]
+            + b"",
+        ]
+        for data in bad_inputs[:2]:
+            async with connect(address.host, address.bookie_port) as bad:
+                await bad.send_raw(data)
+                with pytest.raises(ConnectionClosedError):
+                    await bad.call(
+                        BookieTestClient(bad).request(
+                            pb.READ_ENTRY, readRequest=pb.ReadRequest(ledgerId=1, entryId=0)
+                        )
+                    )
+        # A truncated frame followed by EOF: the bookie just drops the connection.
+        async with connect(address.host, address.bookie_port) as bad:
+            await bad.send_raw(bad_inputs[2])
+        assert status(await good.add(1, 0, b"still serving")) == "EOK"
+
+
+async def test_pipelined_requests_echo_txn_ids(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        results: dict[int, pb.Response] = {}
+
+        async def one(conn: BookieConnection, entry_id: int) -> None:
+            body = DigestManager(1, b"").package(entry_id, entry_id - 1, entry_id + 1, b"p")
+            add = pb.AddRequest(ledgerId=1, entryId=entry_id, masterKey=c.key, body=body)
+            req = c.request(pb.ADD_ENTRY, addRequest=add)
+            results[req.header.txnId] = await conn.call(req)
+
+        async with trio.open_nursery() as nursery:
+            for entry_id in range(500):
+                nursery.start_soon(one, c.conn, entry_id)
+        assert len(results) == 500
+        for txn_id, response in results.items():
+            assert response.header.txnId == txn_id
+            assert status(response) == "EOK"
+        ids = sorted(r.addResponse.entryId for r in results.values())
+        assert ids == list(range(500))
