@@ -19,10 +19,12 @@ from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.errors import BookieError
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.responses import encode_add_response
 
 log = logging.getLogger(__name__)
 
-Respond = Callable[[pb.Response], None]
+# A response object, or an already framed response (the add path's fast encoding).
+Respond = Callable[[pb.Response | bytes], None]
 Status: TypeAlias = pb.StatusCode.ValueType
 OPERATION_NAMES = {value: name.lower() for name, value in pb.OperationType.items()}
 STATUS_NAMES = {value: name for name, value in pb.StatusCode.items()}
@@ -162,18 +164,15 @@ class RequestProcessor:
         # Ids come from the body, not from AddRequest's fields (upstream does the same).
         header = entry_header(add.body)
 
+        txn_id = request.header.txnId
+        metrics = self.metrics
+
         def done(error: BaseException | None) -> None:
             status = pb.EOK if error is None else pb.EIO
-            response = pb.Response(
-                header=pb.BKPacketHeader(
-                    version=pb.VERSION_THREE, operation=pb.ADD_ENTRY, txnId=request.header.txnId
-                ),
-                status=status,
-                addResponse=pb.AddResponse(
-                    status=status, ledgerId=header.ledger_id, entryId=header.entry_id
-                ),
+            respond(encode_add_response(txn_id, status, header.ledger_id, header.entry_id))
+            metrics.request(
+                "add_entry", "EOK" if error is None else "EIO", time.perf_counter() - started
             )
-            self._finish(request, response, started, respond)
 
         self.bookie.add_entry(
             add.body,

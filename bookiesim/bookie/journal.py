@@ -227,6 +227,18 @@ class JournalWriter:
                 buf += encode_record(rec)
         return self.flushed_position + len(buf)
 
+    def append_entry(self, body: bytes) -> int:
+        """Buffer one data record given as its body (the add path: no record object).
+
+        Same bytes as ``append([DataRecord.from_body(body)])``; returns the bytes buffered.
+        """
+        if self._fd < 0:
+            raise ValueError("journal writer is closed")
+        buf = self._buf
+        buf += _pack_int(len(body))
+        buf += body
+        return len(body) + 4
+
     def flush(self) -> int:
         """Pad to the sector boundary and hand the buffer to the OS in one write.
 

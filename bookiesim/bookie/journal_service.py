@@ -129,14 +129,30 @@ class JournalService:
         before = writer.buffered_bytes
         batch = records if isinstance(records, list | tuple) else list(records)
         writer.append(batch)
-        count = len(batch)
+        self._enqueue(done, len(batch), writer.buffered_bytes - before, ack_before_sync)
+
+    def log_entry(self, body: bytes, done: Completion, *, ack_before_sync: bool = False) -> None:
+        """:meth:`log` for one data record given as its body: the add path's shortcut."""
+        if self._failed is not None:
+            done(self._failed)
+            return
+        nbytes = self._writer.append_entry(body)
+        self._enqueue(done, 1, nbytes, ack_before_sync)
+
+    def append_unacknowledged(self, records: Iterable[JournalRecord]) -> None:
+        """Buffer records nobody waits for (a master-key record ahead of an entry): they
+        become durable with the group of whatever is logged next."""
+        if self._failed is None:
+            self._writer.append(records)
+
+    def _enqueue(self, done: Completion, entries: int, nbytes: int, ack_before_sync: bool) -> None:
         group = self._group
         if group is None:
             group = self._group = _Group(opened_at=trio.current_time())
             self._idle = trio.Event()
             self._wake.set()
-        group.entries += count
-        group.nbytes += writer.buffered_bytes - before
+        group.entries += entries
+        group.nbytes += nbytes
         if ack_before_sync or not self._policy.sync_data:
             group.before_sync.append(done)
         else:

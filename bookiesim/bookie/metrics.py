@@ -30,6 +30,7 @@ import enum
 import logging
 import math
 import sys
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -43,7 +44,15 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+# The library leaves it untyped; this is the one place we call it.
+_go_float: Callable[[float], str] = floatToGoString
 
 __all__ = [
     "CHECKPOINT_BUCKETS",
@@ -435,6 +444,61 @@ def _guarded(name: str, fn: Callable[[], float]) -> Callable[[], float]:
     return read
 
 
+class _RequestStats:
+    """``bookie_requests_total`` and ``bookie_request_duration_seconds`` for the hot path.
+
+    Every request of the bookie passes through here, so the update is a ``bisect`` into a
+    list of bucket counts and two additions (about 0.3 µs), instead of a library counter and
+    histogram with their locks and per-bucket loop (about 2 µs). Only the trio thread
+    updates; scrapes run there too. Counts are cumulated into Prometheus buckets at scrape
+    time; the exposition is the same as a ``Counter`` and a ``Histogram`` with these names.
+    """
+
+    def __init__(self, counter: MetricSpec, histogram: MetricSpec) -> None:
+        self._counter = counter
+        self._histogram = histogram
+        self._bounds: tuple[float, ...] = tuple(histogram.buckets or LATENCY_BUCKETS)
+        # (operation, status) -> [bucket counts..., +Inf count], and the sum of seconds.
+        self.counts: dict[tuple[str, str], list[int]] = {}
+        self.sums: dict[tuple[str, str], float] = {}
+
+    def observe(self, operation: str, status: str, seconds: float) -> None:
+        key = (operation, status)
+        counts = self.counts.get(key)
+        if counts is None:
+            counts = self.counts[key] = [0] * (len(self._bounds) + 1)
+            self.sums[key] = 0.0
+        counts[bisect_left(self._bounds, seconds)] += 1
+        self.sums[key] += seconds
+
+    def collect(self) -> Iterable[Metric]:
+        total = CounterMetricFamily(
+            self._counter.name.removesuffix("_total"),
+            self._counter.meaning.replace("`", ""),
+            labels=("operation", "status"),
+        )
+        duration = HistogramMetricFamily(
+            self._histogram.name,
+            self._histogram.meaning.replace("`", ""),
+            labels=("operation", "status"),
+            unit=self._histogram.unit if self._histogram.prom_unit else "",
+        )
+        for key in sorted(self.counts):
+            counts = self.counts[key]
+            running = 0
+            buckets: list[tuple[str, float]] = []
+            for bound, n in zip((*self._bounds, math.inf), counts, strict=True):
+                running += n
+                buckets.append((_go_float(bound), running))
+            total.add_metric(key, running)
+            duration.add_metric(key, buckets, self.sums[key])
+        yield total
+        yield duration
+
+
+_REQUEST_METRICS: Final = ("bookie_requests_total", "bookie_request_duration_seconds")
+
+
 class BookieMetrics:
     """The metrics of one bookie, in a registry of its own.
 
@@ -446,13 +510,12 @@ class BookieMetrics:
     def __init__(self) -> None:
         self.registry: Final = CollectorRegistry()
         self._collectors: dict[str, Counter | Gauge | Histogram] = {}
+        specs = {spec.name: spec for spec in METRICS}
         for spec in METRICS:
-            self._collectors[spec.name] = self._build(spec)
-
-        self._requests_total = self._counter("bookie_requests_total")
-        self._request_seconds = self._histogram("bookie_request_duration_seconds")
-        # (operation, status) -> (counter child, histogram child); see the module docstring.
-        self._request_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+            if spec.name not in _REQUEST_METRICS:
+                self._collectors[spec.name] = self._build(spec)
+        self._requests = _RequestStats(*(specs[name] for name in _REQUEST_METRICS))
+        self.registry.register(self._requests)
 
         self._journal_sync_seconds = self._histogram("bookie_journal_sync_duration_seconds")
         self._journal_group_entries = self._histogram("bookie_journal_group_entries")
@@ -522,14 +585,7 @@ class BookieMetrics:
 
     def request(self, operation: str, status: str, seconds: float) -> None:
         """Count one answered request and observe its latency (hot path)."""
-        try:
-            count, duration = self._request_children[(operation, status)]
-        except KeyError:
-            count = self._requests_total.labels(operation=operation, status=status)
-            duration = self._request_seconds.labels(operation=operation, status=status)
-            self._request_children[(operation, status)] = (count, duration)
-        count.inc()
-        duration.observe(seconds)
+        self._requests.observe(operation, status, seconds)
 
     # --- Journal ------------------------------------------------------------------------
 

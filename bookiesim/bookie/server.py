@@ -44,10 +44,14 @@ class _Outgoing:
         self.closed = True
         self.wake.set()
 
-    def respond(self, response: pb.Response) -> None:
+    def respond(self, response: pb.Response | bytes) -> None:
+        """Queue a response; ``bytes`` are an already framed response."""
         if self.closed:
             return
-        self.buffer += encode_frame(response.SerializeToString())
+        if isinstance(response, bytes):
+            self.buffer += response
+        else:
+            self.buffer += encode_frame(response.SerializeToString())
         self.wake.set()
 
     async def writer(self, stream: trio.abc.Stream) -> None:

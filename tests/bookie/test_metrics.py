@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -97,15 +103,50 @@ def test_request_counts_and_observes_latency() -> None:
     assert value(m, "bookie_request_duration_seconds_bucket", le="1e-05", **fenced) == 0
 
 
-def test_request_reuses_the_cached_children() -> None:
-    # The hot path is one dict lookup: the children are made once per (operation, status).
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add_entry", "read_entry"]),
+            st.sampled_from(["EOK", "EIO"]),
+            st.floats(min_value=0, max_value=20, allow_nan=False),
+        ),
+        max_size=60,
+    )
+)
+def test_request_exposition_equals_a_library_histogram(
+    requests: list[tuple[str, str, float]],
+) -> None:
+    # The hot-path collector must render exactly what a prometheus_client Counter and
+    # Histogram with the same names, labels and buckets would.
     m = BookieMetrics()
-    m.request("add_entry", "EOK", 0.001)
-    cached = dict(m._request_children)
-    for _ in range(3):
-        m.request("add_entry", "EOK", 0.001)
-    assert m._request_children == cached
-    assert m._request_children[("add_entry", "EOK")] is cached[("add_entry", "EOK")]
+    registry = CollectorRegistry()
+    counter = Counter("bookie_requests", "x", ["operation", "status"], registry=registry)
+    histogram = Histogram(
+        "bookie_request_duration_seconds",
+        "x",
+        ["operation", "status"],
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    for operation, status, seconds in requests:
+        m.request(operation, status, seconds)
+        counter.labels(operation, status).inc()
+        histogram.labels(operation, status).observe(seconds)
+
+    def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith("bookie_request") and not sample.name.endswith(
+                    "_created"
+                ):
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    out[key] = round(sample.value, 9)
+        return out
+
+    ours = samples(m.render()[0].decode())
+    reference = samples(generate_latest(registry).decode())
+    assert ours == reference
 
 
 @given(
