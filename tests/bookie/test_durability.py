@@ -7,12 +7,10 @@ back byte-identical after the restart (journal replay from lastMark).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,37 +19,7 @@ import trio
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.testing import BookieTestClient
-
-
-def start_bookie(root: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
-    args = [
-        sys.executable,
-        "-m",
-        "bookiesim.sim.cli",
-        "bookie",
-        "--set",
-        "bookiePort=0",
-        "--set",
-        "httpServerPort=0",
-        "--set",
-        f"journalDirectory={root / 'journal'}",
-        "--set",
-        f"ledgerDirectories={root / 'ledgers'}",
-        "--set",
-        "journalPreAllocSizeMB=1",
-        *extra,
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line, f"bookie exited with {proc.wait()}"
-    return proc, int(json.loads(line)["bookiePort"])
-
-
-def close_pipes(proc: subprocess.Popen[str]) -> None:
-    if proc.stdout is not None:
-        proc.stdout.close()
+from bookiesim.testing import BookieTestClient, bookie_process
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:
@@ -100,22 +68,12 @@ def kill_restart_cycles(root: Path, seed: int, cycles: int) -> None:
     rng = random.Random(seed)
     acked: dict[int, int] = {}
     for _ in range(cycles):
-        proc, port = start_bookie(root)
-        try:
-            trio.run(write_until_killed, port, proc, rng, acked)
-        finally:
-            proc.kill()
-            proc.wait()
-            close_pipes(proc)
+        with bookie_process(root) as bookie:
+            trio.run(write_until_killed, bookie.bookie_port, bookie.proc, rng, acked)
     assert acked, "nothing was acknowledged: the test would prove nothing"
-    proc, port = start_bookie(root)
-    try:
-        trio.run(check_all_readable, port, acked)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
-        close_pipes(proc)
-    assert code == 0, "a clean stop must exit 0"
+    with bookie_process(root) as bookie:
+        trio.run(check_all_readable, bookie.bookie_port, acked)
+        assert bookie.stop() == 0, "a clean stop must exit 0"
 
 
 def test_kill_9_during_writes_loses_nothing_acknowledged(tmp_path: Path) -> None:
