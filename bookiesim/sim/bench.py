@@ -12,7 +12,10 @@ import importlib
 
 __all__ = ["BENCHMARK_MODULES", "register"]
 
-BENCHMARK_MODULES: tuple[str, ...] = ("bookiesim.sim.benchmarks.storage",)
+BENCHMARK_MODULES: tuple[str, ...] = (
+    "bookiesim.sim.benchmarks.storage",
+    "bookiesim.sim.benchmarks.bookie",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

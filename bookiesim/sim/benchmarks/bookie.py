@@ -1,0 +1,203 @@
+"""``bookiesim bench bookie``: one bookie process, one pipelining load-client process.
+
+Runs, in one invocation on the same disk:
+
+* the disk's raw fdatasync rate (1 KiB appends), the ceiling without group commit;
+* per-ledger mode with 10 ledgers, saturating (the peak);
+* per-ledger mode with 10,000 ledgers and ``maximumNumberOfActiveEntryLogs=500``;
+* per-ledger mode at half the peak rate, for latency under load;
+* interleaved mode (``entryLogPerLedgerEnabled=false``) with 10 ledgers, beside it.
+
+Each bookie runs with ``journalSyncData=true``; fsyncs/s and entries per fsync come from the
+bookie's own ``/metrics`` (journal histograms), scraped before and after each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bookiesim.sim.benchmarks.baseline import raw_fdatasync_rate
+from bookiesim.testing import BookieProcessHandle, bookie_process
+
+
+def journal_counters(http_port: int) -> tuple[float, float]:
+    """(fsyncs, entries) so far, from a bookie's journal metrics."""
+    url = f"http://127.0.0.1:{http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    syncs = entries = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "bookie_journal_syncs_total":
+                syncs = sample.value
+            elif sample.name == "bookie_journal_group_entries_sum":
+                entries = sample.value
+    return syncs, entries
+
+
+def run_load(
+    bookie: BookieProcessHandle, *, ledgers: int, adds: int, size: int, rate: float | None = None
+) -> dict[str, Any]:
+    args = [
+        sys.executable,
+        "-m",
+        "bookiesim.sim.benchmarks.load_client",
+        "--port",
+        str(bookie.bookie_port),
+        "--ledgers",
+        str(ledgers),
+        "--adds",
+        str(adds),
+        "--size",
+        str(size),
+    ]
+    if rate is not None:
+        args += ["--rate", str(rate)]
+    syncs_before, entries_before = journal_counters(bookie.http_port)
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    syncs_after, entries_after = journal_counters(bookie.http_port)
+    result: dict[str, Any] = json.loads(out.stdout)
+    syncs = syncs_after - syncs_before
+    result["fsyncs_per_second"] = round(syncs / result["seconds"], 1)
+    result["entries_per_fsync"] = round((entries_after - entries_before) / syncs, 1) if syncs else 0
+    return result
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    settings: dict[str, object]
+    ledgers: int
+    half_rate: bool = False
+
+
+SCENARIOS = (
+    Scenario("per-ledger 10 ledgers", {}, 10),
+    Scenario("per-ledger 10k ledgers/500 active", {"maximumNumberOfActiveEntryLogs": 500}, 10_000),
+    Scenario("per-ledger 10 ledgers, half peak", {}, 10, half_rate=True),
+    Scenario("interleaved 10 ledgers", {"entryLogPerLedgerEnabled": "false"}, 10),
+)
+
+
+def run_bookie_bench(
+    workdir: Path | None, adds: int, size: int, progress: Any = None
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-bookie-") as tmp:
+        root = Path(tmp)
+        raw = raw_fdatasync_rate(root / "fdatasync.bin")
+        results: dict[str, Any] = {
+            "raw_fdatasync_per_second": round(raw.per_second, 1),
+            "entry_size": size,
+            "adds_per_run": adds,
+            "runs": {},
+        }
+        peak: float | None = None
+        for index, scenario in enumerate(SCENARIOS):
+            if progress is not None:
+                progress(index, len(SCENARIOS), scenario.name)
+            rate = peak / 2 if scenario.half_rate and peak else None
+            settings = [f"{key}={value}" for key, value in scenario.settings.items()]
+            with bookie_process(root / f"run{index}", "journalSyncData=true", *settings) as bookie:
+                result = run_load(bookie, ledgers=scenario.ledgers, adds=adds, size=size, rate=rate)
+                bookie.stop()
+            result["ledgers"] = scenario.ledgers
+            if rate is not None:
+                result["target_rate"] = round(rate, 1)
+            results["runs"][scenario.name] = result
+            if index == 0:
+                peak = float(result["adds_per_second"])
+        runs = results["runs"]
+        peak_rate = runs[SCENARIOS[0].name]["adds_per_second"]
+        many = runs[SCENARIOS[1].name]["adds_per_second"]
+        half = runs[SCENARIOS[2].name]
+        results["targets"] = {
+            "adds_per_second_10_ledgers >= 50000": peak_rate >= 50_000,
+            "10000_ledgers >= 70% of 10 ledgers": many >= 0.7 * peak_rate,
+            "p99 <= 5 ms at half peak": half["p99_ms"] <= 5.0,
+        }
+        results["ratios"] = {
+            "10000_ledgers / 10_ledgers": round(many / peak_rate, 3) if peak_rate else None,
+            "interleaved / per_ledger": round(
+                runs[SCENARIOS[3].name]["adds_per_second"] / peak_rate, 3
+            )
+            if peak_rate
+            else None,
+        }
+        return results
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "bookie",
+        help="adds/s and latency of a bookie process under a pipelining load client",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--dir", type=Path, help="where the bookies write (default: a temp dir here)"
+    )
+    parser.add_argument("--adds", type=int, default=200_000, help="adds per run (default 200000)")
+    parser.add_argument("--size", type=int, default=1024, help="entry payload bytes (default 1024)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    console = Console(stderr=args.json, width=max(120, Console().width))
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("bookie benchmark", total=len(SCENARIOS))
+
+        def step(index: int, total: int, name: str) -> None:
+            progress.update(task, completed=index, description=name)
+
+        results = run_bookie_bench(args.dir or Path.cwd(), args.adds, args.size, step)
+        progress.update(task, completed=len(SCENARIOS))
+    table = Table(
+        title=f"bookie: {args.adds:,} adds of {args.size} B per run, journalSyncData=true"
+    )
+    for column in (
+        "run",
+        "adds/s",
+        "MB/s",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms",
+        "fsyncs/s",
+        "entries/fsync",
+    ):
+        table.add_column(column, justify="right" if column != "run" else "left")
+    for name, run in results["runs"].items():
+        table.add_row(
+            name,
+            f"{run['adds_per_second']:,.0f}",
+            f"{run['mb_per_second']:.1f}",
+            f"{run['p50_ms']:.2f}",
+            f"{run['p99_ms']:.2f}",
+            f"{run['p999_ms']:.2f}",
+            f"{run['fsyncs_per_second']:,.0f}",
+            f"{run['entries_per_fsync']:.1f}",
+        )
+    console.print(table)
+    console.print(
+        f"raw fdatasync/s (1 KiB appends, same disk): {results['raw_fdatasync_per_second']:,.0f}"
+    )
+    for name, ratio in results["ratios"].items():
+        console.print(f"{name}: {ratio}")
+    for target, ok in results["targets"].items():
+        console.print(f"{'PASS' if ok else 'FAIL'}  {target}")
+    if args.json:
+        print(json.dumps(results))
+    return 0
