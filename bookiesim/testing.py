@@ -69,6 +69,7 @@ class BookieTestClient:
         self.password = password
         self.digest_type = digest_type
         self.key = master_key(password)
+        self._lengths: dict[int, int] = {}
 
     def digest(self, ledger_id: int) -> DigestManager:
         return DigestManager(ledger_id, self.password, self.digest_type)
@@ -87,8 +88,14 @@ class BookieTestClient:
         key: bytes | None = None,
         recovery: bool = False,
         write_flags: int | None = None,
+        length: int | None = None,
     ) -> pb.Response:
-        body = self.digest(ledger_id).package(entry_id, lac, len(payload), payload)
+        """Add one entry; ``length`` is the ledger's total length including this payload
+        (defaults to the sum of payloads this client has added to the ledger)."""
+        if length is None:
+            length = self._lengths.get(ledger_id, 0) + len(payload)
+        self._lengths[ledger_id] = length
+        body = self.digest(ledger_id).package(entry_id, lac, length, payload)
         add = pb.AddRequest(
             ledgerId=ledger_id,
             entryId=entry_id,
