@@ -25,14 +25,9 @@ started so far are stopped.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import random
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +36,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,16 +49,25 @@ from rich.table import Table
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.sim.local_cluster import (
+    HOST,
+    ClusterError,
+    LocalBookie,
+    bookie_settings,
+    exit_description,
+    spawn_bookie,
+    stop_bookies,
+    wait_ready,
+)
 from bookiesim.testing import BookieTestClient
 
-__all__ = ["DemoError", "register", "run_demo"]
+__all__ = ["register", "run_demo"]
 
 BOOKIES = 3
 LEDGERS = (1, 2, 3)
 ENTRIES = 100
 ENTRY_SIZE = 1024
 FLUSH_INTERVAL_MS = 1000
-HOST = "127.0.0.1"
 PASSWORD = b"bookiesim-demo"
 
 START_TIMEOUT = 30.0
@@ -79,191 +83,6 @@ HTTP_TIMEOUT = 5.0
 _T = TypeVar("_T")
 
 
-class DemoError(Exception):
-    """Something went wrong; the message says what, for the user."""
-
-
-@dataclass
-class DemoBookie:
-    """One ``bookiesim bookie`` child process."""
-
-    name: str
-    root: Path
-    proc: subprocess.Popen[bytes]
-    bookie_port: int = 0
-    http_port: int = 0
-    exit_code: int | None = None
-    """Popen's return code once stopped (negative: killed by that signal)."""
-    killed: bool = False
-    """True when it ignored SIGTERM for the whole stop timeout and got SIGKILL."""
-    _pending: bytes = field(default=b"", repr=False)
-
-    @property
-    def log_path(self) -> Path:
-        return self.root / "bookie.log"
-
-    @property
-    def ledgers_dir(self) -> Path:
-        return self.root / "ledgers"
-
-    @property
-    def journal_dir(self) -> Path:
-        return self.root / "journal"
-
-    @property
-    def admin_url(self) -> str:
-        return f"http://{HOST}:{self.http_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.admin_url}/metrics"
-
-    @property
-    def info_url(self) -> str:
-        return f"{self.admin_url}/api/v1/bookie/info"
-
-    @property
-    def state_url(self) -> str:
-        return f"{self.admin_url}/api/v1/bookie/state"
-
-    def describe(self) -> str:
-        """``pid N, running`` or ``pid N, exited with code C; log: PATH``."""
-        code = self.proc.poll()
-        if code is None:
-            return f"pid {self.proc.pid}, running"
-        return f"pid {self.proc.pid}, {exit_description(code)}; log: {self.log_path}"
-
-    def log_tail(self, lines: int = 8) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-# -- processes -----------------------------------------------------------------------------
-
-
-def bookie_settings(root: Path) -> list[str]:
-    """``--set`` values for one demo bookie under ``root``."""
-    return [
-        "bookiePort=0",
-        "httpServerPort=0",
-        f"bookieAddress={HOST}",
-        f"httpServerHost={HOST}",
-        f"journalDirectory={root / 'journal'}",
-        f"ledgerDirectories={root / 'ledgers'}",
-        "entryLogPerLedgerEnabled=true",
-        f"flushInterval={FLUSH_INTERVAL_MS}",
-        "journalPreAllocSizeMB=1",
-    ]
-
-
-def spawn_bookie(name: str, root: Path) -> DemoBookie:
-    """Start ``bookiesim bookie`` in its own session (a Ctrl-C reaches only the demo, which
-    then stops its bookies); stdout is a pipe for the ready line, stderr goes to a log file."""
-    root.mkdir(parents=True)
-    args = [sys.executable, "-m", "bookiesim.sim.cli", "bookie"]
-    for setting in bookie_settings(root):
-        args += ["--set", setting]
-    with (root / "bookie.log").open("wb") as log_file:
-        try:
-            proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise DemoError(f"{name}: could not start {args[0]}: {exc}") from exc
-    return DemoBookie(name, root, proc)
-
-
-def wait_ready(bookies: Sequence[DemoBookie], timeout: float) -> None:
-    """Read every bookie's JSON ready line, all at once, within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    waiting: dict[int, DemoBookie] = {}
-    with selectors.DefaultSelector() as selector:
-        for bookie in bookies:
-            assert bookie.proc.stdout is not None
-            fd = bookie.proc.stdout.fileno()
-            waiting[fd] = bookie
-            selector.register(fd, selectors.EVENT_READ)
-        while waiting:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                late = next(iter(waiting.values()))
-                raise DemoError(
-                    f"{late.name} did not report ready within {timeout:.0f} s "
-                    f"(log: {late.log_path}){_tail(late)}"
-                )
-            for key, _ in selector.select(remaining):
-                fd = int(key.fd)
-                bookie = waiting[fd]
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    raise DemoError(_died_message(bookie))
-                bookie._pending += chunk
-                if b"\n" in bookie._pending:
-                    line = bookie._pending.split(b"\n", 1)[0]
-                    _parse_ready(bookie, line)
-                    selector.unregister(fd)
-                    del waiting[fd]
-
-
-def _parse_ready(bookie: DemoBookie, line: bytes) -> None:
-    try:
-        ready = json.loads(line)
-        bookie.bookie_port = int(ready["bookiePort"])
-        bookie.http_port = int(ready["httpServerPort"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DemoError(
-            f"{bookie.name}: unexpected ready line {line[:200]!r} ({exc}){_tail(bookie)}"
-        ) from exc
-
-
-def exit_description(code: int) -> str:
-    """``exited with code 2`` or ``killed by SIGKILL`` for a Popen return code."""
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"killed by signal {-code}"
-
-
-def _died_message(bookie: DemoBookie) -> str:
-    try:
-        how = exit_description(bookie.proc.wait(timeout=5))
-    except subprocess.TimeoutExpired:
-        how = "closed its stdout"
-    return f"{bookie.name} {how} before it was ready; its log is {bookie.log_path}{_tail(bookie)}"
-
-
-def _tail(bookie: DemoBookie) -> str:
-    tail = bookie.log_tail()
-    return f"\nlast lines of its log:\n{tail}" if tail else ""
-
-
-def stop_bookies(bookies: Sequence[DemoBookie], timeout: float) -> None:
-    """SIGTERM every running bookie, then wait for all of them; SIGKILL after ``timeout``."""
-    for bookie in bookies:
-        if bookie.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):  # exited in between
-                bookie.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for bookie in bookies:
-        try:
-            bookie.exit_code = bookie.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            bookie.proc.kill()
-            bookie.proc.wait()
-            bookie.killed = True
-        if bookie.proc.stdout is not None:
-            bookie.proc.stdout.close()
-
-
 # -- v3 traffic ------------------------------------------------------------------------------
 
 
@@ -275,14 +94,14 @@ def payload(ledger_id: int, entry_id: int, size: int = ENTRY_SIZE) -> bytes:
 
 
 @asynccontextmanager
-async def _clients(bookies: Sequence[DemoBookie]) -> AsyncIterator[list[BookieTestClient]]:
+async def _clients(bookies: Sequence[LocalBookie]) -> AsyncIterator[list[BookieTestClient]]:
     async with AsyncExitStack() as stack:
         clients = []
         for bookie in bookies:
             try:
                 conn = await stack.enter_async_context(connect(HOST, bookie.bookie_port))
             except OSError as exc:
-                raise DemoError(
+                raise ClusterError(
                     f"{bookie.name}: cannot connect to {HOST}:{bookie.bookie_port}: {exc} "
                     f"({bookie.describe()})"
                 ) from exc
@@ -293,17 +112,17 @@ async def _clients(bookies: Sequence[DemoBookie]) -> AsyncIterator[list[BookieTe
 def _check_status(where: str, response: pb.Response, inner: pb.StatusCode.ValueType) -> None:
     for status in (response.status, inner):
         if status != pb.EOK:
-            raise DemoError(f"{where}: bookie answered {pb.StatusCode.Name(status)}")
+            raise ClusterError(f"{where}: bookie answered {pb.StatusCode.Name(status)}")
 
 
-async def _call(bookie: DemoBookie, where: str, call: Awaitable[_T]) -> _T:
+async def _call(bookie: LocalBookie, where: str, call: Awaitable[_T]) -> _T:
     try:
         return await call
     except (OSError, ConnectionClosedError) as exc:
-        raise DemoError(f"{where}: {exc} ({bookie.describe()})") from exc
+        raise ClusterError(f"{where}: {exc} ({bookie.describe()})") from exc
 
 
-async def write_ledgers(bookies: Sequence[DemoBookie], entries: int) -> Counter[int]:
+async def write_ledgers(bookies: Sequence[LocalBookie], entries: int) -> Counter[int]:
     """Every entry of every ledger to every bookie; an entry is confirmed (and the LAC moves)
     when all bookies acknowledged it, as a client with ack quorum = ensemble does. Returns
     the acknowledged adds per ledger."""
@@ -323,7 +142,11 @@ async def write_ledgers(bookies: Sequence[DemoBookie], entries: int) -> Counter[
                 lac = entry_id
 
         async def add(
-            bookie: DemoBookie, client: BookieTestClient, ledger_id: int, entry_id: int, body: bytes
+            bookie: LocalBookie,
+            client: BookieTestClient,
+            ledger_id: int,
+            entry_id: int,
+            body: bytes,
         ) -> None:
             where = f"{bookie.name}: add ledger {ledger_id} entry {entry_id}"
             request = client.request(
@@ -342,13 +165,15 @@ async def write_ledgers(bookies: Sequence[DemoBookie], entries: int) -> Counter[
     return acked
 
 
-async def read_ledgers(bookies: Sequence[DemoBookie], entries: int) -> Counter[int]:
+async def read_ledgers(bookies: Sequence[LocalBookie], entries: int) -> Counter[int]:
     """Read every entry from every bookie and verify it; returns the verified reads per
     ledger."""
     verified: Counter[int] = Counter()
     async with _clients(bookies) as clients:
 
-        async def read_ledger(bookie: DemoBookie, client: BookieTestClient, ledger_id: int) -> None:
+        async def read_ledger(
+            bookie: LocalBookie, client: BookieTestClient, ledger_id: int
+        ) -> None:
             digest = client.digest(ledger_id)
             for entry_id in range(entries):
                 where = f"{bookie.name}: read ledger {ledger_id} entry {entry_id}"
@@ -357,9 +182,9 @@ async def read_ledgers(bookies: Sequence[DemoBookie], entries: int) -> Counter[i
                 try:
                     entry = digest.verify(response.readResponse.body, entry_id)
                 except DigestMismatchError as exc:
-                    raise DemoError(f"{where}: {exc}") from exc
+                    raise ClusterError(f"{where}: {exc}") from exc
                 if entry.payload != payload(ledger_id, entry_id):
-                    raise DemoError(f"{where}: payload differs from what was written")
+                    raise ClusterError(f"{where}: payload differs from what was written")
                 verified[ledger_id] += 1
 
         async with trio.open_nursery() as nursery:
@@ -369,7 +194,7 @@ async def read_ledgers(bookies: Sequence[DemoBookie], entries: int) -> Counter[i
     return verified
 
 
-async def write_close_ledgers(bookies: Sequence[DemoBookie]) -> None:
+async def write_close_ledgers(bookies: Sequence[LocalBookie]) -> None:
     async with _clients(bookies) as clients:
         for bookie, client in zip(bookies, clients, strict=True):
             for ledger_id in LEDGERS:
@@ -379,14 +204,14 @@ async def write_close_ledgers(bookies: Sequence[DemoBookie]) -> None:
 
 
 def run_traffic(what: str, fn: Callable[[], Awaitable[_T]]) -> _T:
-    """``trio.run(fn)`` under a timeout; failures become one :class:`DemoError`."""
+    """``trio.run(fn)`` under a timeout; failures become one :class:`ClusterError`."""
 
     async def timed() -> _T:
         try:
             with trio.fail_after(TRAFFIC_TIMEOUT):
                 return await fn()
         except trio.TooSlowError:
-            raise DemoError(
+            raise ClusterError(
                 f"{what} did not finish within {TRAFFIC_TIMEOUT:.0f} s: a bookie is stuck or "
                 "the machine is overloaded; see DIR/bookie-N/bookie.log"
             ) from None
@@ -400,11 +225,11 @@ def run_traffic(what: str, fn: Callable[[], Awaitable[_T]]) -> _T:
         if not all(isinstance(leaf, Exception) for leaf in leaves):
             raise
         first = leaves[0]
-        if isinstance(first, DemoError):
+        if isinstance(first, ClusterError):
             raise first from group
-        raise DemoError(f"{what}: {type(first).__name__}: {first}") from group
+        raise ClusterError(f"{what}: {type(first).__name__}: {first}") from group
     except (OSError, ConnectionClosedError) as exc:
-        raise DemoError(f"{what}: {exc}") from exc
+        raise ClusterError(f"{what}: {exc}") from exc
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -420,26 +245,26 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 # -- admin HTTP ------------------------------------------------------------------------------
 
 
-def http_get(bookie: DemoBookie, url: str) -> bytes:
+def http_get(bookie: LocalBookie, url: str) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
             body: bytes = response.read()
             return body
     except (OSError, urllib.error.URLError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise DemoError(f"{bookie.name} ({bookie.describe()}): GET {url}: {reason}") from exc
+        raise ClusterError(f"{bookie.name} ({bookie.describe()}): GET {url}: {reason}") from exc
 
 
-def bookie_info(bookie: DemoBookie) -> dict[str, Any]:
+def bookie_info(bookie: LocalBookie) -> dict[str, Any]:
     body = http_get(bookie, bookie.info_url)
     try:
         info: dict[str, Any] = json.loads(body)
     except ValueError as exc:
-        raise DemoError(f"{bookie.name}: {bookie.info_url} is not JSON: {body[:200]!r}") from exc
+        raise ClusterError(f"{bookie.name}: {bookie.info_url} is not JSON: {body[:200]!r}") from exc
     return info
 
 
-def bookie_metrics(bookie: DemoBookie) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def bookie_metrics(bookie: LocalBookie) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Samples of ``/metrics`` by (name, sorted labels)."""
     text = http_get(bookie, bookie.metrics_url).decode()
     samples = {}
@@ -459,11 +284,11 @@ def metric_by_label(
     }
 
 
-def checkpoints(bookie: DemoBookie) -> int:
+def checkpoints(bookie: LocalBookie) -> int:
     return int(bookie_metrics(bookie).get(("bookie_checkpoints_total", ()), 0))
 
 
-def wait_for_checkpoint(bookies: Sequence[DemoBookie], before: dict[str, int]) -> None:
+def wait_for_checkpoint(bookies: Sequence[LocalBookie], before: dict[str, int]) -> None:
     """Until every bookie completed a checkpoint after ``before`` and has no rotated log left."""
     deadline = time.monotonic() + CHECKPOINT_TIMEOUT
     pending = list(bookies)
@@ -477,7 +302,7 @@ def wait_for_checkpoint(bookies: Sequence[DemoBookie], before: dict[str, int]) -
             return
         if time.monotonic() > deadline:
             names = ", ".join(b.name for b in pending)
-            raise DemoError(
+            raise ClusterError(
                 f"no checkpoint flushed the rotated logs of {names} within "
                 f"{CHECKPOINT_TIMEOUT:.0f} s (flushInterval is {FLUSH_INTERVAL_MS} ms)"
             )
@@ -527,7 +352,7 @@ class Snapshot:
     metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def snapshot(bookie: DemoBookie) -> Snapshot:
+def snapshot(bookie: LocalBookie) -> Snapshot:
     return Snapshot(bookie_info(bookie), bookie_metrics(bookie))
 
 
@@ -538,26 +363,28 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
     """Run the demo with its data under ``root``; returns the exit code."""
     root = root.absolute()
     if "," in str(root):
-        raise DemoError(
+        raise ClusterError(
             f"{root}: the bookie's ledgerDirectories is a comma-separated list, so "
             "the demo directory must not contain ','"
         )
     for n in range(1, BOOKIES + 1):
         if (root / f"bookie-{n}").exists():
-            raise DemoError(
+            raise ClusterError(
                 f"{root / f'bookie-{n}'} already exists: give --dir an empty or new directory"
             )
     root.mkdir(parents=True, exist_ok=True)
     console.print(f"[bold]bookiesim demo[/]: data under [cyan]{escape(str(root))}[/] (kept)")
 
-    bookies: list[DemoBookie] = []
+    bookies: list[LocalBookie] = []
     stopped = succeeded = False
     try:
         # 1. start
         with console.status(f"Starting {BOOKIES} bookies…"):
             started = time.monotonic()
             for n in range(1, BOOKIES + 1):
-                bookies.append(spawn_bookie(f"bookie-{n}", root / f"bookie-{n}"))
+                bookie_root = root / f"bookie-{n}"
+                settings = bookie_settings(bookie_root, flush_interval_ms=FLUSH_INTERVAL_MS)
+                bookies.append(spawn_bookie(f"bookie-{n}", bookie_root, settings))
             wait_ready(bookies, START_TIMEOUT)
             elapsed = time.monotonic() - started
         table = Table(title=f"1. {BOOKIES} bookies started in {elapsed:.1f} s")
@@ -590,7 +417,7 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
             read_seconds = time.monotonic() - started
         for ledger_id in LEDGERS:
             if acked[ledger_id] != BOOKIES * ENTRIES or verified[ledger_id] != BOOKIES * ENTRIES:
-                raise DemoError(
+                raise ClusterError(
                     f"ledger {ledger_id}: {acked[ledger_id]} adds acknowledged and "
                     f"{verified[ledger_id]} reads verified, expected {BOOKIES * ENTRIES} each"
                 )
@@ -663,7 +490,7 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
         )
         console.print(table)
         if failures:
-            raise DemoError("; ".join(failures))
+            raise ClusterError("; ".join(failures))
 
         # 4. where to look, stop
         console.print()
@@ -698,7 +525,7 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
 
 
 def print_next_steps(
-    console: Console, bookies: Sequence[DemoBookie], *, keep_running: bool
+    console: Console, bookies: Sequence[LocalBookie], *, keep_running: bool
 ) -> None:
     cmd = bookiesim_command()
     first = bookies[0]
@@ -729,13 +556,13 @@ def print_next_steps(
         console.print(f"  {escape(command)}   [dim]# {escape(comment)}[/]", soft_wrap=True)
 
 
-def report_stops(console: Console, bookies: Sequence[DemoBookie]) -> int:
+def report_stops(console: Console, bookies: Sequence[LocalBookie]) -> int:
     """Table of exit codes; 1 unless every bookie exited 0."""
     table = Table(title="4. stopped (SIGTERM)")
     table.add_column("bookie")
     table.add_column("pid", justify="right")
     table.add_column("exit code", justify="right")
-    failed: list[tuple[DemoBookie, str]] = []
+    failed: list[tuple[LocalBookie, str]] = []
     for bookie in bookies:
         code = bookie.exit_code
         if bookie.killed:
@@ -787,7 +614,7 @@ def _main(args: argparse.Namespace) -> int:
     root: Path = args.dir or Path(tempfile.mkdtemp(prefix="bookiesim-demo-"))
     try:
         return run_demo(root, console, keep_running=args.keep_running)
-    except DemoError as exc:
+    except ClusterError as exc:
         console.print(f"[bold red]bookiesim demo failed:[/] {escape(str(exc))}", soft_wrap=True)
         return 1
     except OSError as exc:

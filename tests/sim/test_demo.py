@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bookiesim.sim import demo
+from bookiesim.sim import demo, local_cluster
 from bookiesim.sim.cli import main
 
 
@@ -78,8 +78,12 @@ def test_demo_writes_closes_checkpoints_and_stops(
 def test_demo_bookie_that_cannot_start_is_reported(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = demo.bookie_settings
-    monkeypatch.setattr(demo, "bookie_settings", lambda root: [*settings(root), "noSuchKey=1"])
+    settings = local_cluster.bookie_settings
+    monkeypatch.setattr(
+        demo,
+        "bookie_settings",
+        lambda root, **kw: [*settings(root, **kw), "noSuchKey=1"],
+    )
 
     code = main(["demo", "--dir", str(tmp_path)])
     out = capsys.readouterr().out
