@@ -1209,7 +1209,7 @@ def _ledger_dirs_present(c: BookieConfig) -> str | None:
     return None if c.ledger_directories else "needs at least one directory"
 
 
-_METADATA_URI: Final = re.compile(r"(sqlite|zk(\+[A-Za-z0-9_-]+)?)://\S+")
+_METADATA_URI: Final = re.compile(r"sqlite:\S+|zk(\+[A-Za-z0-9_-]+)?://\S+")
 
 
 def _metadata_uri_scheme(c: BookieConfig) -> str | None:

@@ -104,7 +104,42 @@ class BookieService:
                 serve_admin, self.admin_router(), cfg.http_server_host, cfg.http_server_port
             )
             self.address = BookieAddress(cfg.bookie_address, bookie_port, http_port)
+            if cfg.metadata_service_uri:
+                await nursery.start(self._stay_registered, self.address)
             task_status.started(self.address)
+
+    async def _stay_registered(
+        self,
+        address: BookieAddress,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Register in the metadata store (an ephemeral node that vanishes with this
+        process) for as long as the bookie serves; clients find bookies there."""
+        from bookiesim.metadata import open_store
+        from bookiesim.metadata.registration import (
+            FEATURE_WRITE_CLOSE,
+            BookieInfo,
+            register_bookie,
+        )
+
+        # Upstream bookies know no WriteClose; advertising it would make clients send frames
+        # an upstream bookie cannot parse.
+        features = frozenset() if self.cfg.upstream_behaviour else {FEATURE_WRITE_CLOSE}
+        info = BookieInfo(
+            bookie_id=address.bookie_id,
+            host=address.host,
+            port=address.bookie_port,
+            http_port=address.http_port,
+            features=frozenset(features),
+            pid=os.getpid(),
+        )
+        async with (
+            open_store(self.cfg.metadata_service_uri) as store,
+            register_bookie(store, info),
+        ):
+            task_status.started()
+            await trio.sleep_forever()
 
 
 async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> None:

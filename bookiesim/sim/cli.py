@@ -15,6 +15,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "bookiesim.sim.shell",
     "bookiesim.sim.bookie_command",
+    "bookiesim.sim.cluster_command",
     "bookiesim.sim.bench",
     "bookiesim.sim.demo",
 )

@@ -1,0 +1,622 @@
+"""Ledger metadata: the record, its life cycle, upstream's bytes, and where it lives.
+
+Three layers, from pure to I/O:
+
+1. :class:`LedgerMetadata` — upstream's ``LedgerMetadataFormat`` (reference §1.8) as an
+   immutable value that checks its own invariants (E ≥ Qw ≥ Qa ≥ 1, every ensemble has E
+   distinct bookies, first-entry ids increase, ``lastEntryId``/``length`` only once CLOSED).
+2. The life cycle, in one table (:data:`ALLOWED_TRANSITIONS`) and one function
+   (:func:`check_update`) that every write goes through. A ledger only moves forward::
+
+       OPEN ──► IN_RECOVERY ──► CLOSED
+         └───────────────────────▲
+
+   Each state may also be "updated into itself": OPEN→OPEN is the writer's ensemble change,
+   IN_RECOVERY→IN_RECOVERY a recovery's ensemble change (or a second recoverer), and
+   CLOSED→CLOSED re-replication swapping a bookie of a closed ledger — with ``lastEntryId`` and
+   ``length`` frozen. Quorum sizes, digest, password, ctime, custom metadata and cToken never
+   change after creation; segments are never dropped, and new ones start after the last.
+3. :class:`LedgerManager` — ids, paths and compare-and-set on any
+   :class:`~bookiesim.metadata.store.MetadataStore`, plus :meth:`LedgerManager.update_with_retry`,
+   the read-modify-CAS loop the client uses for ensemble changes, recovery and close.
+
+Serialized form (upstream ``LedgerMetadataSerDe``, version 3): the ASCII header
+``BookieMetadataFormatVersion\\t3\\n`` followed by the protobuf message in *delimited* form
+(varint32 length, then the bytes). Fields are written as upstream writes them: the required
+ones, ``lastEntryId`` (-1 while open), ``digestType`` and ``password`` (empty if none),
+``ackQuorumSize`` and ``cToken`` always; ``ctime`` only when known; custom metadata sorted by
+key (upstream's order is a HashMap's). Versions 1 and 2 (text formats of BookKeeper < 4.9) are
+recognised and refused with a clear error.
+
+Paths: upstream's *hierarchical* layout (``HierarchicalLedgerManager``), so a ZooKeeper
+written by us reads like upstream's: ids below 2³¹-1 as ``%010d`` split 2/4/4 —
+``/ledgers/00/0000/L0042`` — and larger ids as ``%019d`` split 3/4/4/4/4 —
+``/ledgers/000/0000/0000/0002/L1234``. Ids come from upstream's ZooKeeper id generator
+scheme: an ephemeral sequential node ``/ledgers/idgen/ID-<10 digits>`` whose counter is the id,
+deleted right away.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import logging
+import random
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Final
+
+import trio
+from google.protobuf.message import DecodeError
+
+from bookiesim.metadata.errors import (
+    BadVersionError,
+    CorruptMetadataError,
+    IllegalUpdateError,
+    InvalidMetadataError,
+    MetadataError,
+    NodeExistsError,
+    NoNodeError,
+    NoSuchLedgerError,
+    SessionExpiredError,
+)
+from bookiesim.metadata.store import ANY_VERSION, MetadataStore, join_path, validate_path
+from bookiesim.proto import DataFormats_pb2 as pb
+
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "DEFAULT_LEDGERS_ROOT",
+    "METADATA_HEADER",
+    "DigestType",
+    "LedgerManager",
+    "LedgerMetadata",
+    "LedgerState",
+    "check_update",
+    "ledger_id_from_path",
+    "ledger_path",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEDGERS_ROOT: Final = "/ledgers"
+METADATA_FORMAT_VERSION: Final = 3
+_VERSION_KEY: Final = b"BookieMetadataFormatVersion\t"
+METADATA_HEADER: Final = _VERSION_KEY + b"%d\n" % METADATA_FORMAT_VERSION
+"""``b"BookieMetadataFormatVersion\\t3\\n"``: the first bytes of every metadata node we write."""
+_MAX_VERSION_DIGITS: Final = 10
+
+_INT32_MAX: Final = 2**31 - 1
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+_SHORT_ID_LIMIT: Final = _INT32_MAX
+"""Upstream's hybrid layout: ids below Integer.MAX_VALUE use the short (2/4/4) paths."""
+_BOOKIE_ID: Final = re.compile(r"[A-Za-z0-9_.:\-\[\]]+")
+
+
+class LedgerState(enum.IntEnum):
+    """``LedgerMetadataFormat.State``, with its protobuf numbers."""
+
+    OPEN = 1
+    IN_RECOVERY = 2
+    CLOSED = 3
+
+
+class DigestType(enum.IntEnum):
+    """``LedgerMetadataFormat.DigestType``, with its protobuf numbers.
+
+    Defined here rather than imported from :mod:`bookiesim.client.digest` because the metadata
+    layer sits below the client; both are ``IntEnum``\\ s with the same numbers, so their
+    members compare equal and convert with ``DigestType(int(x))``.
+    """
+
+    CRC32 = 1
+    HMAC = 2
+    CRC32C = 3
+    DUMMY = 4
+
+
+ALLOWED_TRANSITIONS: Final[Mapping[LedgerState, frozenset[LedgerState]]] = MappingProxyType(
+    {
+        LedgerState.OPEN: frozenset(
+            {LedgerState.OPEN, LedgerState.IN_RECOVERY, LedgerState.CLOSED}
+        ),
+        LedgerState.IN_RECOVERY: frozenset({LedgerState.IN_RECOVERY, LedgerState.CLOSED}),
+        LedgerState.CLOSED: frozenset({LedgerState.CLOSED}),
+    }
+)
+"""Every legal ``old.state → new.state`` of a metadata update; nothing else is allowed."""
+
+_IMMUTABLE_FIELDS: Final = (
+    "ensemble_size",
+    "write_quorum_size",
+    "ack_quorum_size",
+    "digest_type",
+    "password",
+    "ctime",
+    "custom_metadata",
+    "c_token",
+)
+
+
+def _int_in(name: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidMetadataError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class LedgerMetadata:
+    """One ledger's metadata; immutable, validated on construction.
+
+    ``ensembles`` maps each segment's first entry id to its bookies (BookieId strings such as
+    ``127.0.0.1:3181``) and is kept sorted. Build updated versions with :meth:`in_recovery`,
+    :meth:`closed`, :meth:`with_ensemble` (or ``dataclasses.replace``); :func:`check_update`
+    decides whether one may replace another in the store.
+    """
+
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    ensembles: Mapping[int, Sequence[str]]
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    length: int = 0
+    digest_type: DigestType = DigestType.CRC32C
+    password: bytes = field(default=b"", repr=False)
+    ctime: int | None = None
+    """Creation time in ms since the epoch; ``None`` = not stored (upstream's default)."""
+    custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
+    c_token: int = 0
+
+    def __post_init__(self) -> None:
+        # Normalise to read-only, sorted, tuple-valued mappings so that equality, iteration
+        # order and immutability do not depend on what the caller passed.
+        ensembles = MappingProxyType({k: tuple(v) for k, v in sorted(dict(self.ensembles).items())})
+        object.__setattr__(self, "ensembles", ensembles)
+        object.__setattr__(self, "custom_metadata", MappingProxyType(dict(self.custom_metadata)))
+        object.__setattr__(self, "password", bytes(self.password))
+        self._check()
+
+    # --- invariants ------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        """Raise :class:`InvalidMetadataError` unless every invariant holds. O(E * segments)."""
+        e = _int_in("ensemble_size", self.ensemble_size, 1, _INT32_MAX)
+        qw = _int_in("write_quorum_size", self.write_quorum_size, 1, _INT32_MAX)
+        qa = _int_in("ack_quorum_size", self.ack_quorum_size, 1, _INT32_MAX)
+        if not e >= qw >= qa:
+            raise InvalidMetadataError(
+                f"need ensemble size >= write quorum >= ack quorum >= 1, got E={e} Qw={qw} Qa={qa}"
+            )
+        if not isinstance(self.state, LedgerState):
+            raise InvalidMetadataError(f"state must be a LedgerState, got {self.state!r}")
+        if not isinstance(self.digest_type, DigestType):
+            raise InvalidMetadataError(
+                f"digest_type must be a DigestType, got {self.digest_type!r}"
+            )
+        if not self.ensembles:
+            raise InvalidMetadataError("a ledger needs at least one ensemble")
+        for first, members in self.ensembles.items():
+            _int_in("first entry id of an ensemble", first, 0, _INT64_MAX)
+            if len(members) != e:
+                raise InvalidMetadataError(
+                    f"ensemble at entry {first} has {len(members)} bookies, ensemble size is {e}"
+                )
+            for m in members:
+                if not isinstance(m, str) or not _BOOKIE_ID.fullmatch(m):
+                    raise InvalidMetadataError(f"ensemble at entry {first}: bad bookie id {m!r}")
+            if len(set(members)) != e:
+                raise InvalidMetadataError(f"ensemble at entry {first} repeats a bookie: {members}")
+        if self.state is LedgerState.CLOSED:
+            _int_in("last_entry_id", self.last_entry_id, -1, _INT64_MAX)
+            _int_in("length", self.length, 0, _INT64_MAX)
+        elif self.last_entry_id != -1 or self.length != 0:
+            raise InvalidMetadataError(
+                f"a {self.state.name} ledger has lastEntryId -1 and length 0, got "
+                f"{self.last_entry_id} and {self.length}"
+            )
+        if self.ctime is not None:
+            _int_in("ctime", self.ctime, _INT64_MIN, _INT64_MAX)
+        _int_in("c_token", self.c_token, _INT64_MIN, _INT64_MAX)
+        for k, v in self.custom_metadata.items():
+            if not isinstance(k, str) or not isinstance(v, bytes):
+                raise InvalidMetadataError(
+                    f"custom metadata maps str to bytes, got {k!r}: {type(v).__name__}"
+                )
+
+    # --- queries -------------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is LedgerState.CLOSED
+
+    @property
+    def last_ensemble(self) -> tuple[int, tuple[str, ...]]:
+        """``(first_entry_id, bookies)`` of the segment new entries go to."""
+        first = _last_key(self.ensembles)
+        return first, tuple(self.ensembles[first])
+
+    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
+        """The bookies that store ``entry_id``: the segment with the largest first id ≤ it."""
+        keys = list(self.ensembles)
+        i = bisect.bisect_right(keys, entry_id) - 1
+        if i < 0:
+            raise ValueError(f"entry {entry_id} precedes the first ensemble (entry {keys[0]})")
+        return tuple(self.ensembles[keys[i]])
+
+    def bookies(self) -> set[str]:
+        """Every bookie that appears in any ensemble (the set GC checks against)."""
+        return {b for members in self.ensembles.values() for b in members}
+
+    # --- updates (pure; each result still has to pass check_update) ---------------------
+
+    def in_recovery(self) -> LedgerMetadata:
+        """This ledger marked IN_RECOVERY (the first step of recovery)."""
+        return replace(self, state=LedgerState.IN_RECOVERY)
+
+    def closed(self, last_entry_id: int, length: int) -> LedgerMetadata:
+        """This ledger CLOSED at ``last_entry_id`` (-1: empty) with ``length`` bytes."""
+        return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+
+    def with_ensemble(self, first_entry_id: int, bookies: Iterable[str]) -> LedgerMetadata:
+        """An ensemble change: ``bookies`` store entries from ``first_entry_id`` on.
+
+        Replaces the last segment if it starts at the same entry (no entry was written to it),
+        otherwise appends a segment.
+        """
+        ensembles = dict(self.ensembles)
+        ensembles[first_entry_id] = tuple(bookies)
+        return replace(self, ensembles=ensembles)
+
+    # --- bytes ---------------------------------------------------------------------------
+
+    def to_proto(self) -> pb.LedgerMetadataFormat:
+        fmt = pb.LedgerMetadataFormat(
+            quorumSize=self.write_quorum_size,
+            ensembleSize=self.ensemble_size,
+            length=self.length,
+            lastEntryId=self.last_entry_id,
+            state=pb.LedgerMetadataFormat.State.ValueType(self.state.value),
+            digestType=pb.LedgerMetadataFormat.DigestType.ValueType(self.digest_type.value),
+            password=self.password,
+            ackQuorumSize=self.ack_quorum_size,
+            cToken=self.c_token,
+        )
+        if self.ctime is not None:
+            fmt.ctime = self.ctime
+        for first, members in self.ensembles.items():
+            fmt.segment.add(firstEntryId=first, ensembleMember=list(members))
+        for key in sorted(self.custom_metadata):
+            fmt.customMetadata.add(key=key, value=self.custom_metadata[key])
+        return fmt
+
+    def to_bytes(self) -> bytes:
+        """Upstream's stored form: version-3 header + varint length + protobuf."""
+        body = self.to_proto().SerializeToString()
+        return METADATA_HEADER + _varint(len(body)) + body
+
+    @classmethod
+    def from_proto(cls, fmt: pb.LedgerMetadataFormat) -> LedgerMetadata:
+        """Decode as upstream does: absent ackQuorumSize = write quorum; lastEntryId and
+        length only count when CLOSED; digest type only with a password."""
+        try:
+            state = LedgerState(fmt.state)
+            closed = state is LedgerState.CLOSED
+            ensembles: dict[int, tuple[str, ...]] = {}
+            for seg in fmt.segment:
+                if ensembles and seg.firstEntryId <= _last_key(ensembles):
+                    raise CorruptMetadataError(
+                        f"segments out of order: entry {seg.firstEntryId} after "
+                        f"{_last_key(ensembles)}"
+                    )
+                ensembles[seg.firstEntryId] = tuple(seg.ensembleMember)
+            has_password = fmt.HasField("password")
+            return cls(
+                ensemble_size=fmt.ensembleSize,
+                write_quorum_size=fmt.quorumSize,
+                ack_quorum_size=fmt.ackQuorumSize
+                if fmt.HasField("ackQuorumSize")
+                else fmt.quorumSize,
+                ensembles=ensembles,
+                state=state,
+                last_entry_id=fmt.lastEntryId if closed else -1,
+                length=fmt.length if closed else 0,
+                digest_type=DigestType(fmt.digestType) if has_password else DigestType.CRC32C,
+                password=fmt.password if has_password else b"",
+                ctime=fmt.ctime if fmt.HasField("ctime") else None,
+                custom_metadata={e.key: e.value for e in fmt.customMetadata},
+                c_token=fmt.cToken if fmt.HasField("cToken") else 0,
+            )
+        except InvalidMetadataError as exc:
+            raise CorruptMetadataError(f"invalid ledger metadata: {exc}") from exc
+        except ValueError as exc:  # an enum number we do not know
+            raise CorruptMetadataError(f"invalid ledger metadata: {exc}") from exc
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LedgerMetadata:
+        """Parse upstream's stored form (version 3). Raises :class:`CorruptMetadataError`."""
+        version, pos = _read_header(data)
+        if version != METADATA_FORMAT_VERSION:
+            raise CorruptMetadataError(
+                f"ledger metadata format version {version} is not supported "
+                f"(only {METADATA_FORMAT_VERSION}, written by BookKeeper >= 4.9)"
+            )
+        size, pos = _read_varint32(data, pos)
+        body = data[pos : pos + size]
+        if len(body) != size:
+            raise CorruptMetadataError(
+                f"ledger metadata truncated: {size} bytes announced, {len(body)} present"
+            )
+        fmt = pb.LedgerMetadataFormat()
+        try:
+            fmt.ParseFromString(body)
+        except DecodeError as exc:
+            raise CorruptMetadataError(f"ledger metadata does not parse: {exc}") from exc
+        if not fmt.IsInitialized():
+            raise CorruptMetadataError("ledger metadata lacks required fields")
+        return cls.from_proto(fmt)
+
+
+def check_update(old: LedgerMetadata, new: LedgerMetadata) -> None:
+    """Raise :class:`IllegalUpdateError` unless ``new`` may replace ``old`` in the store.
+
+    The one place the ledger life cycle is enforced (see the module docstring).
+    """
+    if new.state not in ALLOWED_TRANSITIONS[old.state]:
+        raise IllegalUpdateError(
+            f"ledger state cannot go from {old.state.name} to {new.state.name}"
+        )
+    for name in _IMMUTABLE_FIELDS:
+        if getattr(old, name) != getattr(new, name):
+            raise IllegalUpdateError(f"{name} cannot change after the ledger is created")
+    if old.is_closed and (old.last_entry_id, old.length) != (new.last_entry_id, new.length):
+        raise IllegalUpdateError(
+            f"a CLOSED ledger keeps lastEntryId {old.last_entry_id} and length {old.length}; "
+            f"got {new.last_entry_id} and {new.length}"
+        )
+    missing = [k for k in old.ensembles if k not in new.ensembles]
+    if missing:
+        raise IllegalUpdateError(f"segments starting at {missing} cannot be removed")
+    last_old = _last_key(old.ensembles)
+    early = [k for k in new.ensembles if k not in old.ensembles and k <= last_old]
+    if early:
+        raise IllegalUpdateError(
+            f"new segments must start after the last one (entry {last_old}), got {early}"
+        )
+
+
+# --- bytes helpers ------------------------------------------------------------------------
+
+
+def _last_key(ensembles: Mapping[int, object]) -> int:
+    """The largest first-entry id (ensembles are kept sorted, so the last one)."""
+    return list(ensembles)[-1]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n < 0x80:
+            out.append(n)
+            return bytes(out)
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+
+
+def _read_varint32(data: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    for shift in range(0, 35, 7):
+        if pos >= len(data):
+            raise CorruptMetadataError("ledger metadata truncated in the length prefix")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result & 0xFFFFFFFF, pos
+    raise CorruptMetadataError("malformed varint32 length prefix in ledger metadata")
+
+
+def _read_header(data: bytes) -> tuple[int, int]:
+    if not data.startswith(_VERSION_KEY):
+        raise CorruptMetadataError(
+            f"not ledger metadata: expected {_VERSION_KEY!r}..., got {data[:32]!r}"
+        )
+    start = len(_VERSION_KEY)
+    end = data.find(b"\n", start, start + _MAX_VERSION_DIGITS + 1)
+    digits = data[start:end] if end >= 0 else b""
+    if end < 0 or not digits.isdigit():
+        raise CorruptMetadataError(f"ledger metadata header has no version: {data[:40]!r}")
+    return int(digits), end + 1
+
+
+# --- paths --------------------------------------------------------------------------------
+
+
+def ledger_path(ledger_id: int, root: str = DEFAULT_LEDGERS_ROOT) -> str:
+    """Where upstream's hierarchical ledger manager keeps ``ledger_id``'s metadata."""
+    _int_in("ledger id", ledger_id, 0, _INT64_MAX)
+    if ledger_id < _SHORT_ID_LIMIT:
+        s = f"{ledger_id:010d}"
+        return f"{root}/{s[0:2]}/{s[2:6]}/L{s[6:10]}"
+    s = f"{ledger_id:019d}"
+    return f"{root}/{s[0:3]}/{s[3:7]}/{s[7:11]}/{s[11:15]}/L{s[15:19]}"
+
+
+_SHORT_PATH: Final = re.compile(r"/(\d{2})/(\d{4})/L(\d{4})")
+_LONG_PATH: Final = re.compile(r"/(\d{3})/(\d{4})/(\d{4})/(\d{4})/L(\d{4})")
+
+
+def ledger_id_from_path(path: str, root: str = DEFAULT_LEDGERS_ROOT) -> int:
+    """Inverse of :func:`ledger_path`; ``ValueError`` for a path that is not a ledger's."""
+    rest = path[len(root) :] if path.startswith(root + "/") else ""
+    m = _SHORT_PATH.fullmatch(rest) or _LONG_PATH.fullmatch(rest)
+    if m is None:
+        raise ValueError(f"{path!r} is not a ledger path under {root}")
+    return int("".join(m.groups()))
+
+
+# --- the manager ----------------------------------------------------------------------------
+
+UpdateFn = Callable[[LedgerMetadata], LedgerMetadata | None]
+"""Given the current metadata, the desired one — or ``None`` (or the same) for "no change"."""
+
+
+class LedgerManager:
+    """Ledger ids and metadata on a metadata store (upstream's LedgerManager + id generator).
+
+    Every method is one or a few store operations; there is no cache, so two managers (two
+    processes) on the same store always see each other's writes, and conflicts surface as
+    ``BadVersionError`` for the caller — or :meth:`update_with_retry` — to resolve.
+    """
+
+    def __init__(self, store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT) -> None:
+        self.store = store
+        self.root = validate_path(root)
+        self._idgen_prefix = join_path(root, "idgen/ID-")
+
+    def path_of(self, ledger_id: int) -> str:
+        """The node holding ``ledger_id``'s metadata (watch it to see the ledger close)."""
+        return ledger_path(ledger_id, self.root)
+
+    async def allocate_ledger_id(self) -> int:
+        """A ledger id no other allocator on this store has returned or will return.
+
+        Upstream's ZooKeeper scheme: create the ephemeral sequential node
+        ``<root>/idgen/ID-`` and take its counter; the node is deleted at once (it would go
+        with the session anyway). Ids only grow; they are consecutive while nothing else
+        creates children of ``idgen``.
+        """
+        for attempt in range(5):
+            try:
+                path = await self.store.create(
+                    self._idgen_prefix, b"", ephemeral=True, sequential=True, make_parents=True
+                )
+                break
+            except SessionExpiredError:
+                # The node is ephemeral only so that it cannot outlive us; a session that
+                # just expired is no reason to fail the caller once the new one is up.
+                if attempt == 4:
+                    raise
+                await trio.sleep(0.05 * 2**attempt)
+        ledger_id = int(path[len(self._idgen_prefix) :])
+        try:
+            await self.store.delete(path)
+        except MetadataError as exc:  # harmless: it is ephemeral
+            log.warning("could not delete id node %s: %s", path, exc)
+        return ledger_id
+
+    async def create(self, metadata: LedgerMetadata, ledger_id: int | None = None) -> int:
+        """Store ``metadata`` for a new ledger (version 0) and return its id.
+
+        Without ``ledger_id`` an id is allocated (and another one tried should a node already
+        be there, as upstream does); with one (``createAdv``-style), an existing ledger raises
+        ``NodeExistsError``.
+        """
+        data = metadata.to_bytes()
+        if ledger_id is not None:
+            await self.store.create(self.path_of(ledger_id), data, make_parents=True)
+            return ledger_id
+        for _ in range(10):
+            candidate = await self.allocate_ledger_id()
+            try:
+                await self.store.create(self.path_of(candidate), data, make_parents=True)
+            except NodeExistsError:
+                log.warning("ledger id %d already has metadata; allocating another", candidate)
+                continue
+            return candidate
+        raise MetadataError(f"{self.root}: every allocated ledger id was already taken")
+
+    async def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """The ledger's metadata and the version to name in a later :meth:`write`."""
+        path = self.path_of(ledger_id)
+        node = await self.store.get(path)
+        if node is None:
+            raise NoSuchLedgerError(ledger_id, path)
+        try:
+            return LedgerMetadata.from_bytes(node.value), node.version
+        except CorruptMetadataError as exc:
+            raise CorruptMetadataError(f"{path}: {exc}") from exc
+
+    async def write(self, ledger_id: int, metadata: LedgerMetadata, expected_version: int) -> int:
+        """Compare-and-set the metadata; returns the new version.
+
+        The stored metadata is read first so that :func:`check_update` can refuse an illegal
+        change (``IllegalUpdateError``) before anything is written; the set itself is still
+        conditional on ``expected_version``, so a concurrent writer makes this fail with
+        ``BadVersionError`` rather than be overwritten.
+        """
+        current, version = await self.read(ledger_id)
+        path = self.path_of(ledger_id)
+        if expected_version != ANY_VERSION and version != expected_version:
+            raise BadVersionError(path, expected_version, version)
+        check_update(current, metadata)
+        try:
+            return await self.store.set(path, metadata.to_bytes(), version)
+        except NoNodeError:
+            raise NoSuchLedgerError(ledger_id, path) from None
+
+    async def delete(self, ledger_id: int, expected_version: int = ANY_VERSION) -> None:
+        """Remove the ledger's metadata (the bookies' GC then reclaims its entries)."""
+        path = self.path_of(ledger_id)
+        try:
+            await self.store.delete(path, expected_version)
+        except NoNodeError:
+            raise NoSuchLedgerError(ledger_id, path) from None
+
+    async def list_ledgers(self) -> list[int]:
+        """Every ledger id with metadata, sorted (walks both path layouts)."""
+        ids: list[int] = []
+        for top in await self._children(self.root):
+            if re.fullmatch(r"\d{2}", top):
+                depth = 1
+            elif re.fullmatch(r"\d{3}", top):
+                depth = 3
+            else:
+                continue  # idgen, available, LAYOUT, ... live beside the ledgers
+            await self._walk(join_path(self.root, top), top, depth, ids)
+        return sorted(ids)
+
+    async def _walk(self, path: str, digits: str, depth: int, out: list[int]) -> None:
+        for name in await self._children(path):
+            if depth == 0:
+                if re.fullmatch(r"L\d{4}", name):
+                    out.append(int(digits + name[1:]))
+            elif re.fullmatch(r"\d{4}", name):
+                await self._walk(join_path(path, name), digits + name, depth - 1, out)
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            return await self.store.children(path)
+        except NoNodeError:
+            return []  # not created yet, or removed while we walked
+
+    async def update_with_retry(
+        self, ledger_id: int, fn: UpdateFn, *, max_attempts: int = 100
+    ) -> tuple[LedgerMetadata, int]:
+        """Read, apply ``fn``, compare-and-set; on a conflict re-read and apply ``fn`` again.
+
+        ``fn`` sees the *current* metadata each time, so it can decide afresh (e.g. "already
+        closed by a recoverer: nothing to do" → return ``None``) or raise to give up. Returns
+        the metadata and version now stored. Illegal results raise ``IllegalUpdateError`` at
+        once; ``MetadataError`` after ``max_attempts`` conflicts in a row.
+        """
+        path = self.path_of(ledger_id)
+        for attempt in range(max_attempts):
+            current, version = await self.read(ledger_id)
+            desired = fn(current)
+            if desired is None or desired == current:
+                return current, version
+            check_update(current, desired)
+            try:
+                new_version = await self.store.set(path, desired.to_bytes(), version)
+            except BadVersionError:
+                # Someone else updated it first: back off a little (with jitter, so two
+                # contenders do not collide in lockstep) and re-read.
+                await trio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                continue
+            except NoNodeError:
+                raise NoSuchLedgerError(ledger_id, path) from None
+            return desired, new_version
+        raise MetadataError(f"{path}: gave up after {max_attempts} conflicting updates")

@@ -1,0 +1,1 @@
+"""Tests of bookiesim.metadata: one suite, both backends."""

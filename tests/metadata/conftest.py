@@ -1,0 +1,60 @@
+"""Fixtures that give every metadata test both backends: an SQLite file and a real ZooKeeper.
+
+The ZooKeeper server is started once per session on loopback (Debian's ``zookeeper`` package
+or the jar in pyspark, see :mod:`bookiesim.metadata.testing`) and each test gets its own
+chroot, so tests never see each other's nodes. Without Java or a ZooKeeper jar the ``zk``
+cases skip with the reason — except under ``CI=true``, where a missing server is a failure:
+CI must prove both backends.
+
+Session timeouts are short (2 s) so that expiry tests take seconds, not minutes — but not
+shorter: on a 2-core machine shared with fsync-heavy benchmarks, a heartbeat or a ZooKeeper
+ping can be late by a second, and a session that expires by accident fails the test that
+relies on it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from bookiesim.metadata import MetadataStore
+from bookiesim.metadata.testing import ZooKeeperServer, find_zookeeper, running_zookeeper
+from tests.metadata.helpers import Backend
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the ZooKeeper backend cannot be tested: {reason}")
+    pytest.skip(f"ZooKeeper backend not tested: {reason}")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the whole session, stopped at the end."""
+    install = find_zookeeper()
+    if isinstance(install, str):
+        _unavailable(install)
+    try:
+        with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
+            yield server
+    except RuntimeError as exc:
+        _unavailable(str(exc))
+
+
+@pytest.fixture(params=["sqlite", "zk"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", f"sqlite://{tmp_path / 'meta.db'}", session_timeout=2.0)
+    server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
+    # The server allows 0.5 s to 5 s sessions (2 to 20 ticks of 250 ms).
+    return Backend("zk", server.uri(f"/test-{uuid.uuid4().hex[:12]}"), session_timeout=2.0)
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[MetadataStore]:
+    async with backend.open() as s:
+        yield s
