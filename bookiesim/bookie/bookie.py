@@ -138,6 +138,7 @@ class Bookie:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.journal.run)
                 nursery.start_soon(self._checkpoint_loop)
+                nursery.start_soon(self._preallocation_loop)
                 if self.cfg.entry_log_per_ledger_enabled and not self.cfg.upstream_behaviour:
                     nursery.start_soon(self._expiry_loop)
                 self.ready.set()
@@ -232,6 +233,17 @@ class Bookie:
             wake = now + expiry if deadline is None else min(deadline, now + expiry)
             await trio.sleep_until(max(wake, now))
             logger.expire_idle()
+
+    async def _preallocation_loop(self) -> None:
+        """Keep the entry logger's pool of empty logs full, creating files off the trio
+        thread; woken when the pool runs low (a no-op wait with no pool)."""
+        logger = self.storage.entry_logger
+        while True:
+            while logger.needs_preallocation():
+                await run_blocking(logger.preallocate_some)
+            wake = trio.Event()
+            logger.notify_when_preallocation_needed(wake.set)
+            await wake.wait()
 
     def _on_journal_sync(self, seconds: float, entries: int, nbytes: int) -> None:
         # Entry bytes are counted in a plain int on the add path and handed to the metric

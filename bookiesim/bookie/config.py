@@ -304,6 +304,17 @@ class BookieConfig:
         True,
         meaning="Create the next entry log file in the background before it is needed.",
     )
+    entry_log_preallocation_pool_size: int = _key(
+        _ENTRYLOG,
+        "entryLogPreallocationPoolSize",
+        64,
+        minimum=0,
+        bookiesim_only=True,
+        meaning="Empty entry log files a background task keeps created ahead of need, so that "
+        "starting a log on the add path opens a file instead of creating one; they hold no "
+        "descriptor and pin leastUnflushedLogId like upstream's preallocated log. 0 = only "
+        "upstream's single preallocated log; unused with entryLogFilePreallocationEnabled=false.",
+    )
     flush_entrylog_bytes: int = _key(
         _ENTRYLOG,
         "flushEntrylogBytes",

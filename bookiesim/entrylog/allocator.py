@@ -146,9 +146,20 @@ def list_log_ids(current_dirs: Iterable[str | os.PathLike[str]]) -> set[int]:
 
 
 class EntryLogIdAllocator:
-    """Hands out entry log ids for a set of ledger dirs; not thread-safe (one trio task)."""
+    """Hands out entry log ids for a set of ledger dirs.
 
-    __slots__ = ("_current_dirs", "_last", "_last_id_in_place", "_recovered")
+    Not thread-safe: :class:`~bookiesim.entrylog.managers.LogFiles` calls it under its io
+    lock, from the owner thread and from the preallocation worker.
+    """
+
+    __slots__ = (
+        "_current_dirs",
+        "_dir_prefixes",
+        "_last",
+        "_last_id_in_place",
+        "_last_id_sizes",
+        "_recovered",
+    )
 
     def __init__(
         self,
@@ -172,9 +183,14 @@ class EntryLogIdAllocator:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         self._current_dirs = dirs
+        # Plain strings: existence checks run for every id and pathlib costs more than stat.
+        self._dir_prefixes = tuple(os.fspath(d) + os.sep for d in dirs)
         self._recovered = recover_last_log_id(dirs)
         self._last = self._recovered
         self._last_id_in_place = last_id_in_place
+        # In-place mode: the size each lastId file has after our last write (None: not known,
+        # look), so that a rewrite is open + pwrite + close and truncates only when it must.
+        self._last_id_sizes: list[int | None] = [None] * len(dirs)
 
     @property
     def current_dirs(self) -> tuple[Path, ...]:
@@ -194,23 +210,49 @@ class EntryLogIdAllocator:
 
     def log_exists(self, log_id: int) -> bool:
         name = log_file_name(log_id)
-        return any((d / name).exists() for d in self._current_dirs)
+        return any(os.path.exists(prefix + name) for prefix in self._dir_prefixes)
 
     def next_id(self) -> int:
         """Allocate the next id: +1, wrapping after ``MAX_LOG_ID`` to 0, skipping ids whose
         ``.log`` exists in any dir; then rewrite ``lastId`` in every dir."""
+        return self.reserve(1)[0]
+
+    def reserve(self, count: int, *, skip_existing: bool = True) -> list[int]:
+        """Allocate ``count`` ids as :meth:`next_id` would, in allocation order, writing
+        ``lastId`` once (with the last of them) before returning.
+
+        ``skip_existing=False`` hands out the next ids without looking for their files: for
+        a caller that creates each file exclusively (``O_EXCL``) and gives up an id whose
+        file exists, which with a single ledger dir is the same check for one syscall less.
+
+        ``lastId`` then names ids whose files do not exist yet; that only wastes them if the
+        bookie stops before creating the files, and it is what keeps an id from being handed
+        out twice when a crash comes between creating a file and a later ``lastId`` write.
+        An id wrapped around iff it is not larger than the one allocated before it.
+        """
+        if count < 1:
+            raise ValueError(f"cannot reserve {count} ids")
+        ids: list[int] = []
         candidate = self._last
-        for _ in range(MAX_LOG_ID + 1):
-            candidate = 0 if candidate >= MAX_LOG_ID else candidate + 1
-            if not self.log_exists(candidate):
-                break
+        exists = self.log_exists
+        for _ in range(count):
+            for _ in range(MAX_LOG_ID + 1):
+                candidate = 0 if candidate >= MAX_LOG_ID else candidate + 1
+                if not skip_existing or not exists(candidate):
+                    break
+            else:
+                raise RuntimeError("every entry log id is in use")
+            ids.append(candidate)
+        if self._last_id_in_place:
+            sizes = self._last_id_sizes
+            for i, prefix in enumerate(self._dir_prefixes):
+                known, sizes[i] = sizes[i], None  # unknown until the write below succeeds
+                sizes[i] = _write_last_id_in_place(prefix + LAST_ID_FILE, candidate, known)
         else:
-            raise RuntimeError("every entry log id is in use")
+            for d in self._current_dirs:
+                _write_last_id(d, candidate)
         self._last = candidate
-        write = _write_last_id_in_place if self._last_id_in_place else _write_last_id
-        for d in self._current_dirs:
-            write(d, candidate)
-        return candidate
+        return ids
 
 
 def _write_last_id(current_dir: Path, log_id: int) -> None:
@@ -222,15 +264,22 @@ def _write_last_id(current_dir: Path, log_id: int) -> None:
     os.replace(tmp, current_dir / LAST_ID_FILE)
 
 
-def _write_last_id_in_place(current_dir: Path, log_id: int) -> None:
-    # Overwrite from offset 0 and cut what is left of a longer old value (ids shrink only on
-    # wrap-around or after a hand edit). No O_TRUNC: truncating to zero is what makes ext4
-    # flush on close, the cost this variant avoids.
+def _write_last_id_in_place(path: str, log_id: int, size: int | None) -> int:
+    """Overwrite ``lastId`` at ``path`` from offset 0, cutting what is left of a longer old
+    value (ids shrink only on wrap-around or after a hand edit); return the file's size.
+
+    ``size`` is the file's size if known (it is after our own previous write), which saves
+    an ``fstat``. No O_TRUNC: truncating to zero is what makes ext4 flush on close, the cost
+    this variant avoids.
+    """
     data = f"{log_id:x}\n".encode("ascii")
-    fd = os.open(current_dir / LAST_ID_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, data, 0)
-        if os.fstat(fd).st_size > len(data):
+        if size is None:
+            size = os.fstat(fd).st_size
+        if size > len(data):
             os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
+    return len(data)

@@ -99,6 +99,7 @@ _MAP_PATCH = struct.Struct(">qi")
 _INT = struct.Struct(">i")
 _MAP_BATCH_HEAD = struct.Struct(">iqqi")  # size, -1, -2, n
 _MAP_BATCH_BODY_HEAD = struct.Struct(">qqi")  # the same without the size field
+_ONE_LEDGER_MAP = struct.Struct(">iqqiqq")  # a batch of one ledger
 _HEADER_PADDING = bytes(HEADER_SIZE - _HEADER_FIELDS.size)
 _LOG_FILE_NAME = re.compile(r"([0-9a-fA-F]+)\.log")
 
@@ -247,6 +248,17 @@ def iter_ledgers_map_batches(items: Mapping[int, int]) -> Iterator[bytes]:
 
 def encode_ledgers_map(items: Mapping[int, int]) -> bytes:
     """All batches of the ledgers map, concatenated (empty bytes for an empty map)."""
+    if len(items) == 1:
+        # A log per ledger: one pair, one struct call (the per-ledger rotation path).
+        ((ledger_id, size),) = items.items()
+        return _ONE_LEDGER_MAP.pack(
+            LEDGERS_MAP_HEADER_SIZE - 4 + LEDGERS_MAP_ENTRY_SIZE,
+            INVALID_LEDGER_ID,
+            LEDGERS_MAP_ENTRY_ID,
+            1,
+            ledger_id,
+            size,
+        )
     return b"".join(iter_ledgers_map_batches(items))
 
 

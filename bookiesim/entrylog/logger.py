@@ -28,16 +28,36 @@ milliseconds, so a checkpoint is split where threads change::
 and records which logs to fsync. :meth:`CheckpointPlan.sync` fsyncs them (and the ledger
 dirs that gained files, so that a new log's name is as durable as its bytes); adds may go on
 meanwhile, rotating logs or closing descriptors: a writer is only closed under
-:attr:`LogFiles.io_lock`, which the sync pass takes per fsync, and a writer found closed is
-fsynced by path instead. :meth:`~EntryLogger.complete_checkpoint` records the persisted
+:attr:`LogFiles.io_lock`, under which the sync pass duplicates its descriptor (and fsyncs the
+duplicate after releasing the lock, so an add never waits for an fsync), and a writer found
+closed is fsynced by path instead. :meth:`~EntryLogger.complete_checkpoint` records the persisted
 positions, and for every log that was rotated when the plan was made marks it flushed in
 ``RecentEntryLogsStatus`` — the only way leastUnflushedLogId moves (§4): past every leading
 flushed id. Active logs are fsynced but stay unflushed until rotated, so in per-ledger mode
 the active log with the smallest id (or the preallocated one) pins the pointer.
 
-Everything except :meth:`CheckpointPlan.sync` belongs to one thread. Time is read only
-through the ``clock`` given (the bookie passes ``trio.current_time``, so virtual time in
-tests works).
+Preallocation pool
+------------------
+With ``preallocation_pool_size > 0`` (``entryLogPreallocationPoolSize``) new logs come from
+a pool of empty log files created ahead of need, so that an add that needs a new log opens
+an existing file instead of creating one (see :mod:`bookiesim.entrylog.managers`). The
+logger stays free of trio and threads: whoever owns it refills the pool by calling
+:meth:`EntryLogger.preallocate_some` on a worker thread while
+:meth:`EntryLogger.needs_preallocation` holds, and learns when to do so again from
+:meth:`EntryLogger.notify_when_preallocation_needed`. The bookie does it in a trio task::
+
+    while True:
+        while logger.needs_preallocation():
+            await run_blocking(logger.preallocate_some)
+        wake = trio.Event()
+        logger.notify_when_preallocation_needed(wake.set)
+        await wake.wait()
+
+Nobody refilling is fine too: adds then create logs synchronously, as with a pool of 0.
+
+Everything except :meth:`CheckpointPlan.sync` and :meth:`EntryLogger.preallocate_some`
+belongs to one thread. Time is read only through the ``clock`` given (the bookie passes
+``trio.current_time``, so virtual time in tests works).
 """
 
 from __future__ import annotations
@@ -108,6 +128,8 @@ class EntryLogConfig(Protocol):
     @property
     def entry_log_file_preallocation_enabled(self) -> bool: ...
     @property
+    def entry_log_preallocation_pool_size(self) -> int: ...
+    @property
     def upstream_behaviour(self) -> bool: ...
 
 
@@ -123,7 +145,7 @@ class CheckpointPlan:
 
     def __init__(
         self,
-        items: list[tuple[EntryLogWriter | None, Path]],
+        items: list[tuple[EntryLogWriter | None, str]],
         rotated: list[int],
         dirs: list[Path],
         dir_marks: list[int],
@@ -145,7 +167,7 @@ class CheckpointPlan:
     @property
     def paths(self) -> list[Path]:
         """The log files this plan fsyncs."""
-        return [path for _, path in self._items]
+        return [Path(path) for _, path in self._items]
 
     @property
     def rotated_log_ids(self) -> list[int]:
@@ -155,8 +177,9 @@ class CheckpointPlan:
     def sync(self) -> None:
         """fsync every planned log and every ledger dir that gained a file. Blocking.
 
-        Safe in a worker thread while the owner keeps adding: the io lock is held per fsync,
-        so the owner waits at most one fsync to close a descriptor.
+        Safe in a worker thread while the owner keeps adding: the io lock is held only to
+        duplicate an open writer's descriptor, and the duplicate is fsynced without it, so
+        the owner never waits for an fsync to close a descriptor.
         """
         if self._synced:
             raise RuntimeError("this checkpoint plan was already synced")
@@ -164,9 +187,15 @@ class CheckpointPlan:
         for writer, path in self._items:
             if writer is not None:
                 with self._lock:
-                    if not writer.closed:
-                        positions.append((writer, writer.sync_flushed()))
-                        continue
+                    dup = None if writer.closed else writer.dup_for_sync()
+                if dup is not None:
+                    fd, position = dup
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    positions.append((writer, position))
+                    continue
             # Closed since the plan was made (rotated meanwhile): every byte it held reached
             # the OS before its descriptor was closed, so an fsync through a new one covers it.
             _fsync_path(path)
@@ -175,7 +204,7 @@ class CheckpointPlan:
         self._synced = True
 
 
-def _fsync_path(path: Path, *, directory: bool = False) -> None:
+def _fsync_path(path: str | Path, *, directory: bool = False) -> None:
     flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
     try:
         fd = os.open(path, flags)
@@ -213,6 +242,7 @@ class EntryLogger:
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         flush_entrylog_bytes: int = 0,
         preallocation: bool = True,
+        preallocation_pool_size: int = 0,
         upstream_behaviour: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_rotate: Callable[[RotationEvent], None] | None = None,
@@ -222,6 +252,7 @@ class EntryLogger:
         self._files = LogFiles(
             ledger_dirs,
             preallocation=preallocation,
+            pool_size=preallocation_pool_size,
             write_buffer_size=write_buffer_size,
             flush_entrylog_bytes=flush_entrylog_bytes,
             on_rotate=on_rotate,
@@ -250,7 +281,7 @@ class EntryLogger:
         self._readers: OrderedDict[int, EntryLogReader] = OrderedDict()
         self._max_readers = max_open_read_files
         self._dirs_synced = list(self._files.dir_creations)
-        self._pointer_seen = self._files.status.least_unflushed_log_id
+        self._pointer_seen = self._files.status.position
         self._closed = False
 
     @classmethod
@@ -272,6 +303,7 @@ class EntryLogger:
             write_buffer_size=cfg.write_buffer_size_bytes,
             flush_entrylog_bytes=cfg.flush_entrylog_bytes,
             preallocation=cfg.entry_log_file_preallocation_enabled,
+            preallocation_pool_size=cfg.entry_log_preallocation_pool_size,
             upstream_behaviour=cfg.upstream_behaviour,
             clock=clock,
             on_rotate=on_rotate,
@@ -389,17 +421,17 @@ class EntryLogger:
         """
         files = self._files
         pre = files.preallocated
-        items: list[tuple[EntryLogWriter | None, Path]] = []
+        items: list[tuple[EntryLogWriter | None, str]] = []
         for writer in files.writers.values():
             if writer is pre:
                 continue  # nothing of it needs to be durable: a 0-byte file until first use
             writer.flush()
             if writer.unpersisted_bytes:
-                items.append((writer, writer.path))
+                items.append((writer, writer.fspath))
         rotated = list(files.rotated)
         for record in files.rotated.values():
             if record.writer is None:
-                items.append((None, record.path))
+                items.append((None, record.fspath))
         marks = list(files.dir_creations)
         pairs = zip(files.current_dirs, marks, self._dirs_synced, strict=True)
         dirs = [d for d, mark, synced in pairs if mark != synced]
@@ -418,7 +450,7 @@ class EntryLogger:
             files.retire_rotated(log_id)
         marks = zip(self._dirs_synced, plan._dir_marks, strict=True)
         self._dirs_synced = [max(a, b) for a, b in marks]
-        self._pointer_seen = max(self._pointer_seen, files.status.least_unflushed_log_id)
+        self._pointer_seen = max(self._pointer_seen, files.status.position)
 
     def checkpoint(self) -> None:
         """The three steps in a row, on this thread (tests, shutdown, replay)."""
@@ -434,8 +466,9 @@ class EntryLogger:
 
     def is_flushed_log_id(self, log_id: int) -> bool:
         """True if the log was rotated and checkpointed in this run, or is older than the
-        pointer (all logs of earlier runs)."""
-        return self._files.status.is_flushed(log_id)
+        pointer (all logs of earlier runs); across an id wrap-around, see
+        :mod:`bookiesim.entrylog.recent_logs`."""
+        return self._files.is_flushed(log_id)
 
     def flushed_log_ids(self) -> list[int]:
         """Ids of ``*.log`` files in all ledger dirs that GC may touch, ascending.
@@ -443,14 +476,15 @@ class EntryLogger:
         Upstream ≥ 4.16 (``getFlushedLogIds``): every listed id for which
         :meth:`is_flushed_log_id` holds. With ``upstream_behaviour``: only ids below
         leastUnflushedLogId, as GC saw them up to 4.14 — one long-lived active log then
-        hides every newer log from GC (issue #2728).
+        hides every newer log from GC (issue #2728). Either way an id must also pass
+        :meth:`is_flushed_log_id`: after an id wrap-around the new small ids are below the
+        pointer while they are still being written (upstream would offer them to GC).
         """
         ids = sorted(list_log_ids(self._files.current_dirs))
         if self._upstream:
             pointer = self.least_unflushed_log_id
-            return [i for i in ids if i < pointer]
-        status = self._files.status
-        return [i for i in ids if status.is_flushed(i)]
+            ids = [i for i in ids if i < pointer]
+        return self._files.flushed_among(ids)
 
     def log_ids(self) -> list[int]:
         """Ids of every ``*.log`` file in the ledger dirs, ascending."""
@@ -459,10 +493,11 @@ class EntryLogger:
     def remove_entry_log(self, log_id: int) -> bool:
         """Delete a log (GC): close its read handle, unlink its file; False if there was none.
 
-        ``ValueError`` for a log still open for writing or rotated but not yet checkpointed.
+        ``ValueError`` for a log still open for writing, pooled, or rotated but not yet
+        checkpointed.
         """
         files = self._files
-        if log_id in files.writers or log_id in files.rotated:
+        if log_id in files.writers or log_id in files.rotated or files.is_pooled(log_id):
             raise ValueError(f"entry log {log_id:x} is not flushed yet; it cannot be removed")
         reader = self._readers.pop(log_id, None)
         if reader is not None:
@@ -506,7 +541,7 @@ class EntryLogger:
     @property
     def open_write_files(self) -> int:
         """Descriptors open for writing: active logs + the preallocated one + rotated logs
-        stuck after a write error."""
+        stuck after a write error. Pooled logs hold none (see :meth:`pooled_log_ids`)."""
         return len(self._files.writers)
 
     @property
@@ -536,6 +571,36 @@ class EntryLogger:
     def preallocated_log_id(self) -> int | None:
         pre = self._files.preallocated
         return None if pre is None else pre.log_id
+
+    # ---------------------------------------------------------------- preallocation pool
+
+    @property
+    def preallocation_pool_size(self) -> int:
+        """Pooled logs kept ahead of need (0: none; 0 also with preallocation off)."""
+        return self._files.pool_size
+
+    def pooled_log_ids(self) -> list[int]:
+        """Empty logs created ahead of need, not open, registered unflushed, in the order
+        they will be used (per ledger dir)."""
+        return self._files.pooled_log_ids()
+
+    def needs_preallocation(self) -> bool:
+        """True if :meth:`preallocate_some` has logs to create now."""
+        return self._files.needs_preallocation()
+
+    def preallocate_some(self, count: int | None = None) -> int:
+        """Create up to ``count`` pooled logs (default: fill the pool); return how many.
+
+        Blocking file creation: run it on a worker thread (it is thread-safe, and holds the
+        io lock only between files). Errors are logged and pause preallocation until the
+        next log is taken; they never reach the caller.
+        """
+        return self._files.preallocate_some(count)
+
+    def notify_when_preallocation_needed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, on the owner thread, when the pool runs low (at once if
+        :meth:`needs_preallocation` already holds); it must not raise."""
+        self._files.notify_when_preallocation_needed(callback)
 
     def open_writer(self, log_id: int) -> EntryLogWriter | None:
         """The writer of a log open for writing (read-only use: tests, metrics)."""
@@ -602,8 +667,8 @@ class EntryLogger:
             assert reader.log_id == log_id
             assert not reader.closed
             assert log_id not in self._files.writers, f"log {log_id} has a reader and a writer"
-        pointer = self.least_unflushed_log_id
-        assert pointer >= self._pointer_seen, (pointer, self._pointer_seen)
-        self._pointer_seen = pointer
+        position = self._files.status.position
+        assert position >= self._pointer_seen, (position, self._pointer_seen)
+        self._pointer_seen = position
         for writer in active:
             assert not self.is_flushed_log_id(writer.log_id)

@@ -38,36 +38,67 @@ The one exception is a log whose buffer cannot reach the OS (a write error): it 
 since closing it would drop entries that are only in memory, until a checkpoint manages to
 flush it.
 
-Preallocation (``entryLogFilePreallocationEnabled``): each new log is the one created on the
-previous call, and the next one is created right away — synchronously here, so the point is
-upstream's observable behaviour rather than latency: ids advance one ahead, and the
-preallocated log is registered as unflushed, so it **pins leastUnflushedLogId** until it is
+Preallocation (``entryLogFilePreallocationEnabled``): each new log is the one opened on the
+previous call, and the next one is opened right away, so ids advance one ahead and the
+preallocated log is registered as unflushed: it **pins leastUnflushedLogId** until it is
 used, rotated and checkpointed, exactly as upstream's. Ledger dir choice: the dir with the
 fewest active logs, ties to the preallocated log's dir and then to the first dir. If the
-preallocated log sits in a dir that is not among the least loaded, it is moved (it was never
-written to: close, unlink, create again with the same id), so logs spread evenly with
-preallocation on as well as off (upstream keeps the preallocated log where it was made).
+preallocated log sits in a dir that is not among the least loaded, it is swapped for a pooled
+log of that dir (going back to its own dir's pool) or, with none, moved (it was never written
+to: close, unlink, create again with the same id), so logs spread evenly with preallocation
+on as well as off (upstream keeps the preallocated log where it was made).
 
-Everything runs on one thread (the bookie's trio thread). The only exception is the
-checkpoint's fsync pass (see :mod:`bookiesim.entrylog.logger`); descriptors are closed under
-:attr:`LogFiles.io_lock` so that pass never fsyncs a descriptor that was closed (and maybe
-reused) under it.
+The pool (``entryLogPreallocationPoolSize``, bookiesim): where the preallocated log comes
+from. Under churn (10,000 ledgers, 500 active) nearly every add needs a new log, and creating
+a file (``O_CREAT`` plus the ``lastId`` rewrite: 25 us to over 1 ms on these disks) on the
+add path capped the bookie at a few thousand adds/s. So files are created ahead of need, off
+the owner thread: :meth:`LogFiles.preallocate_some` (blocking, thread-safe) allocates a batch
+of ids — one ``lastId`` write for the batch — registers them unflushed, and creates each file
+empty with ``mknod`` (never opened): pooled logs hold no descriptor and no buffer, so the
+bound on write descriptors stays ``maximumNumberOfActiveEntryLogs + 1``. Taking one costs an
+``open`` of an existing file. The bookie runs :meth:`~LogFiles.preallocate_some` in a worker
+thread from a trio task that :meth:`~LogFiles.notify_when_preallocation_needed` wakes when
+the pool falls to half its size. With no pooled log at hand the owner creates the log itself,
+as before (correctness first): under an id of the batch being made if there is one (no
+``lastId`` write then), else under a new one. Nobody refilling is fine too (pool size 0,
+tests). Pooled and reserved logs are registered unflushed like upstream's single
+preallocated log, so they pin leastUnflushedLogId the same way: the pointer stays at or
+below the oldest of them, up to ``pool size + 1`` ids behind the newest log even on an idle
+bookie. :meth:`LogFiles.close` deletes the pooled files. After a crash they stay behind as
+empty ``.log`` files; restart never reuses their ids (the allocator skips existing files,
+and ``lastId`` named the whole batch before any file of it was made).
+
+What the pool cannot do: raise the file system's creation rate (on these VMs it swings
+between ~1,000 and ~50,000 files/s, and sustained churn needs one file per add), or give the
+worker thread the GIL while the trio thread is saturated (CPython hands it over at most
+every switch interval, 5 ms, so a busy bookie still creates most logs on the add path). It
+takes creation latency off adds when the trio thread has slack, and overlaps creations that
+block in the kernel.
+
+Everything runs on one thread (the bookie's trio thread). The exceptions are the
+checkpoint's fsync pass (see :mod:`bookiesim.entrylog.logger`) and
+:meth:`LogFiles.preallocate_some`; descriptors are closed under :attr:`LogFiles.io_lock` so
+that the fsync pass never duplicates a descriptor that was closed (and maybe reused) under
+it, and the allocator, the pool and ``RecentEntryLogsStatus`` are only touched under it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
+import stat
 import struct
 import threading
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bookiesim.entrylog.allocator import EntryLogIdAllocator
+from bookiesim.entrylog.allocator import EntryLogIdAllocator, list_log_ids
+from bookiesim.entrylog.format import log_file_name
 from bookiesim.entrylog.recent_logs import RecentEntryLogsStatus
 from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
 
@@ -84,6 +115,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _LEDGER_ID = struct.Struct(">q").unpack_from
+_SPARE_BUFFERS = 4
+"""Write buffers of closed writers kept for new ones (allocating 64 KiB costs more)."""
 
 
 class RotationReason(enum.Enum):
@@ -123,10 +156,14 @@ class RotatedLog:
     """
 
     log_id: int
-    path: Path
+    fspath: str
     ledger_id: int | None
     reason: RotationReason
     writer: EntryLogWriter | None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.fspath)
 
 
 class LogFiles:
@@ -137,6 +174,12 @@ class LogFiles:
     ``writers`` (log id -> writer open for writing: active, preallocated, and rotated logs
     that could not be closed), ``rotated`` (log id -> :class:`RotatedLog`, in rotation
     order), ``status``, ``rotations``, ``io_lock``, ``dir_creations``.
+
+    Threads: everything belongs to the owner thread except :meth:`preallocate_some` (and the
+    checkpoint's fsync pass, see :mod:`bookiesim.entrylog.logger`). ``io_lock`` guards what
+    they share — closing descriptors, the allocator, ``status``, the pool and
+    ``dir_creations`` — and is only ever held for microseconds: never across an fsync, and
+    on the worker's side never across a file creation.
     """
 
     def __init__(
@@ -144,15 +187,24 @@ class LogFiles:
         ledger_dirs: Sequence[str | os.PathLike[str]],
         *,
         preallocation: bool = True,
+        pool_size: int = 0,
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         flush_entrylog_bytes: int = 0,
         on_rotate: Callable[[RotationEvent], None] | None = None,
     ) -> None:
+        if pool_size < 0:
+            raise ValueError(f"pool_size must be at least 0, not {pool_size}")
         self.allocator = EntryLogIdAllocator(ledger_dirs, last_id_in_place=True)
         self.current_dirs: tuple[Path, ...] = self.allocator.current_dirs
+        self._dir_strs = tuple(os.fspath(d) for d in self.current_dirs)
         # §2.7: leastUnflushedLogId starts one above the last id found at startup, so every
-        # log of an earlier run counts as flushed (they are closed files).
-        self.status = RecentEntryLogsStatus(self.allocator.recovered_last_id + 1)
+        # log of an earlier run counts as flushed (they are closed files). Logs numbered above
+        # it exist only if an earlier run wrapped around: they are older still.
+        recovered = self.allocator.recovered_last_id
+        above = [i for i in list_log_ids(self.current_dirs) if i > recovered]
+        self.status = RecentEntryLogsStatus(
+            recovered + 1, flushed_from=min(above) if above else None
+        )
         self.writers: dict[int, EntryLogWriter] = {}
         self.rotated: dict[int, RotatedLog] = {}
         self.rotations: Counter[RotationReason] = Counter()
@@ -163,6 +215,20 @@ class LogFiles:
         self._active_in_dir = [0] * len(self.current_dirs)
         self._dir_of: dict[int, int] = {}  # log id -> dir index, for every writer
         self._preallocation = preallocation
+        self._pool_size = pool_size if preallocation else 0
+        # The pool: per dir, ids of created, empty, closed logs registered unflushed, oldest
+        # first. In flight: ids reserved by preallocate_some whose files are being created.
+        self._pool: tuple[deque[int], ...] = tuple(deque() for _ in self.current_dirs)
+        self._in_flight = [0] * len(self.current_dirs)
+        self._reserved: deque[int] = deque()  # registered, lastId written, no file yet
+        self._pool_listener: Callable[[], None] | None = None
+        self._pool_paused = False
+        self._spare_buffers: list[bytearray] = []
+        # Whether the allocator stats every dir for an id's file before handing it out. With
+        # one dir, creating the file exclusively is the same check for one syscall less, as
+        # long as existing files are rare: after the first collision (typically after an id
+        # wrap-around, with old logs about) ids are looked for again.
+        self._look_ahead = len(self.current_dirs) > 1 or bool(above)
         self._write_buffer_size = write_buffer_size
         self._unpersisted_bound = max(0, flush_entrylog_bytes)
         self._on_rotate = on_rotate
@@ -187,58 +253,153 @@ class LogFiles:
         if writer is not None:
             self.preallocated = None
             if loads[self._dir_of[writer.log_id]] != least:
-                writer = self._relocate(writer, loads.index(least))
+                writer = self._move_preallocated(writer, loads.index(least))
         else:
-            writer = self._allocate(loads.index(least))
+            writer = self._open_log(loads.index(least))
         loads[self._dir_of[writer.log_id]] += 1
         if self._preallocation:
             try:
-                self.preallocated = self._allocate(loads.index(min(loads)))
+                self.preallocated = self._open_log(loads.index(min(loads)))
             except OSError:
                 # Upstream reports a failed preallocation at the next creation; here the next
                 # creation simply allocates synchronously (and fails there if it must).
                 _log.warning("could not preallocate an entry log", exc_info=True)
         return writer
 
-    def _allocate(self, dir_index: int) -> EntryLogWriter:
-        while True:
-            log_id = self.allocator.next_id()
+    def _open_log(self, dir_index: int) -> EntryLogWriter:
+        """A writer on the oldest pooled log of the dir, or on a log created now."""
+        pool = self._pool[dir_index]
+        while pool:
+            with self.io_lock:
+                log_id = pool.popleft() if pool else None
+            if log_id is None:
+                break
             try:
-                writer = EntryLogWriter(
-                    self.current_dirs[dir_index],
-                    log_id,
-                    write_buffer_size=self._write_buffer_size,
-                    unpersisted_bytes_bound=self._unpersisted_bound,
-                )
-            except FileExistsError:
-                continue  # appeared after the allocator looked; its next id skips it
-            break
-        self.dir_creations[dir_index] += 1
-        self._register(writer, dir_index)
-        self.status.created(log_id)
+                writer = self._writer(dir_index, log_id, create=False)
+            except (FileNotFoundError, FileExistsError):
+                # Gone, or not empty: not the file we made. Never write to it; give the id up.
+                _log.warning("preallocated entry log %x is unusable", log_id, exc_info=True)
+                with self.io_lock:
+                    self.status.discard(log_id)
+                continue
+            except BaseException:
+                with self.io_lock:
+                    pool.appendleft(log_id)
+                raise
+            self._register(writer, dir_index)
+            self._pool_taken()
+            return writer
+        writer = self._create_reserved(dir_index) or self._allocate(dir_index)
+        self._pool_taken()
         return writer
+
+    def _create_reserved(self, dir_index: int) -> EntryLogWriter | None:
+        """A log created now under an id preallocation reserved (None if there is none):
+        the pool ran dry while its files are still being made; ``lastId`` already names
+        the id, so this costs the file creation alone."""
+        while self._reserved:
+            with self.io_lock:
+                log_id = self._reserved.popleft() if self._reserved else None
+            if log_id is None:
+                return None
+            try:
+                writer = self._writer(dir_index, log_id, create=True)
+            except BaseException as e:
+                with self.io_lock:
+                    self.status.discard(log_id)
+                if isinstance(e, FileExistsError):
+                    self._look_ahead = True
+                    continue
+                raise
+            with self.io_lock:
+                self.dir_creations[dir_index] += 1
+            self._register(writer, dir_index)
+            return writer
+        return None
+
+    def _writer(self, dir_index: int, log_id: int, *, create: bool) -> EntryLogWriter:
+        spare = self._spare_buffers
+        return EntryLogWriter(
+            self._dir_strs[dir_index],
+            log_id,
+            write_buffer_size=self._write_buffer_size,
+            unpersisted_bytes_bound=self._unpersisted_bound,
+            create=create,
+            buffer=spare.pop() if spare else None,
+        )
+
+    def _allocate(self, dir_index: int) -> EntryLogWriter:
+        """Create a log now, on this thread (no pooled log at hand). The io lock is held to
+        allocate the id, not while the file is created (up to milliseconds here)."""
+        while True:
+            with self.io_lock:
+                (log_id,) = self._reserve(1, skip_existing=self._look_ahead)
+            try:
+                writer = self._writer(dir_index, log_id, create=True)
+            except BaseException as e:
+                with self.io_lock:
+                    self.status.discard(log_id)
+                if isinstance(e, FileExistsError):
+                    self._look_ahead = True
+                    continue  # not ours; the next id (looked for from now on) skips it
+                raise
+            break
+        with self.io_lock:
+            self.dir_creations[dir_index] += 1
+        self._register(writer, dir_index)
+        return writer
+
+    def _reserve(self, count: int, *, skip_existing: bool = True) -> list[int]:
+        """Allocate ids and register them unflushed, before any file exists. Under io_lock.
+
+        Registering first means a log file of this run is never seen unregistered (which
+        reads as flushed to GC). The allocator hands out ids in increasing order until it
+        wraps around, so an id not above the one before it starts a new round in ``status``
+        (equal only if it came all the way round).
+        """
+        previous = self.allocator.last_allocated_id
+        ids = self.allocator.reserve(count, skip_existing=skip_existing)
+        created = self.status.created
+        for log_id in ids:
+            created(log_id, wrapped=log_id <= previous)
+            previous = log_id
+        return ids
 
     def _register(self, writer: EntryLogWriter, dir_index: int) -> None:
         self.writers[writer.log_id] = writer
         self._dir_of[writer.log_id] = dir_index
 
+    def _move_preallocated(self, writer: EntryLogWriter, dir_index: int) -> EntryLogWriter:
+        """The preallocated log is not in the least loaded dir: take a pooled log from that
+        dir (the preallocated one goes back to its dir's pool), or move it there."""
+        if not self._pool[dir_index]:
+            return self._relocate(writer, dir_index)
+        log_id = writer.log_id
+        home = self._dir_of[log_id]
+        try:
+            with self.io_lock:
+                writer.close(discard_buffer=True)  # still 0 bytes on disk
+        finally:
+            del self.writers[log_id]
+            del self._dir_of[log_id]
+        with self.io_lock:
+            self._pool[home].appendleft(log_id)
+        return self._open_log(dir_index)
+
     def _relocate(self, writer: EntryLogWriter, dir_index: int) -> EntryLogWriter:
         """Move a preallocated (never written, 0-byte) log to another dir, keeping its id."""
         log_id = writer.log_id
         self._close_writer(writer)
-        os.unlink(writer.path)
+        os.unlink(writer.fspath)
         try:
-            moved = EntryLogWriter(
-                self.current_dirs[dir_index],
-                log_id,
-                write_buffer_size=self._write_buffer_size,
-                unpersisted_bytes_bound=self._unpersisted_bound,
-            )
+            moved = self._writer(dir_index, log_id, create=True)
         except FileExistsError:
             # A stray file with this id appeared in the target dir: give the id up.
-            self.status.forget(log_id)
+            with self.io_lock:
+                self.status.forget(log_id)
             return self._allocate(dir_index)
-        self.dir_creations[dir_index] += 1
+        with self.io_lock:
+            self.dir_creations[dir_index] += 1
         self._register(moved, dir_index)
         return moved
 
@@ -249,6 +410,125 @@ class LogFiles:
     def active_in_dir(self) -> list[int]:
         """Active logs per ledger dir (a copy)."""
         return list(self._active_in_dir)
+
+    # ---------------------------------------------------------------- the pool
+
+    @property
+    def pool_size(self) -> int:
+        """Target number of pooled logs (0: no pool, only upstream's preallocated log)."""
+        return self._pool_size
+
+    def pooled_log_ids(self) -> list[int]:
+        """Ids in the pool, per dir in order of use, dirs in order."""
+        with self.io_lock:
+            return [log_id for pool in self._pool for log_id in pool]
+
+    def is_pooled(self, log_id: int) -> bool:
+        with self.io_lock:
+            return any(log_id in pool for pool in self._pool)
+
+    def _pool_level(self) -> int:
+        return sum(map(len, self._pool)) + sum(self._in_flight) + len(self._reserved)
+
+    def needs_preallocation(self) -> bool:
+        """True if :meth:`preallocate_some` would create logs now (the pool is below its
+        size, and the last attempt did not fail since a log was last taken)."""
+        if self._pool_size == 0 or self._closed or self._pool_paused:
+            return False
+        with self.io_lock:
+            return self._pool_level() < self._pool_size
+
+    def notify_when_preallocation_needed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, on the owner thread, as soon as the pool runs low: at or
+        below half its size after a log is taken (at once if it is already needed).
+        Replaces a callback given before. It must not raise."""
+        if self.needs_preallocation():
+            self._pool_listener = None
+            callback()
+        else:
+            self._pool_listener = callback
+
+    def _pool_taken(self) -> None:
+        # Owner thread, after a log was taken from the pool or created for want of one.
+        self._pool_paused = False
+        listener = self._pool_listener
+        if listener is not None and self._pool_level() <= self._pool_size // 2:
+            self._pool_listener = None
+            listener()
+
+    def preallocate_some(self, count: int | None = None) -> int:
+        """Create up to ``count`` pooled logs (default: as many as the pool lacks); return
+        how many were created. Blocking I/O, safe on any thread.
+
+        The ids are allocated (``lastId`` written once for all), registered unflushed and
+        queued as *reserved* under the io lock. Then, one at a time, an id is taken off that
+        queue under the lock, its file created without it (``mknod``: exclusively, and never
+        opened, so pooled logs hold no descriptor), and the log joins the pool under the lock
+        again. The owner thread may take reserved ids too, when it needs a log and the pool
+        is empty (:meth:`_open_log`): it then creates the file itself, but is spared the
+        ``lastId`` write. An id whose file exists already is given up. An ``OSError`` is
+        logged, not raised, gives up the rest of the batch and pauses preallocation until a
+        log is next taken (:meth:`needs_preallocation` is False meanwhile), so a full disk
+        costs one attempt per new log, not a busy loop. If the logger closes meanwhile,
+        files made after that are removed again.
+        """
+        limit = self._pool_size if count is None else count
+        with self.io_lock:
+            if self._closed or self._pool_size == 0 or limit <= 0:
+                return 0
+            self._pool_paused = False  # asked explicitly: try again
+            want = min(self._pool_size - self._pool_level(), limit)
+            if want > 0:
+                try:
+                    ids = self._reserve(want, skip_existing=self._look_ahead)
+                except (OSError, RuntimeError):
+                    self._pool_paused = True
+                    _log.warning("could not allocate ids to preallocate logs", exc_info=True)
+                    return 0
+                self._reserved.extend(ids)
+        # Ids reserved by an earlier call still under way are made by whichever gets them.
+        reserved = self._reserved
+        created = 0
+        while created < limit:
+            with self.io_lock:
+                if not reserved:
+                    break
+                log_id = reserved.popleft()
+                # Spread over the dirs: to the one with the fewest pooled logs.
+                loads = [len(p) + n for p, n in zip(self._pool, self._in_flight, strict=True)]
+                dir_index = loads.index(min(loads))
+                self._in_flight[dir_index] += 1
+            path = self._dir_strs[dir_index] + os.sep + log_file_name(log_id)
+            try:
+                # mknod: created (exclusively, as O_CREAT|O_EXCL) without being opened, so
+                # one syscall rather than open + close, and no descriptor at any time.
+                os.mknod(path, stat.S_IFREG | 0o644)
+            except OSError as e:
+                with self.io_lock:
+                    self._in_flight[dir_index] -= 1
+                    self.status.discard(log_id)
+                    if isinstance(e, FileExistsError):
+                        self._look_ahead = True
+                        continue  # someone else's file; its id is given up
+                    self._pool_paused = True
+                    while reserved:  # give up the rest of the batch
+                        self.status.discard(reserved.popleft())
+                _log.warning("could not preallocate entry log %s", path, exc_info=True)
+                break
+            with self.io_lock:
+                self._in_flight[dir_index] -= 1
+                # (The property: another thread may have closed us since the check above.)
+                closed = self.closed
+                if closed:
+                    self.status.forget(log_id)
+                else:
+                    self._pool[dir_index].append(log_id)
+                    self.dir_creations[dir_index] += 1
+                    created += 1
+            if closed:  # closed while we were creating it: nobody will use it
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        return created
 
     # ---------------------------------------------------------------- rotating
 
@@ -268,21 +548,22 @@ class LogFiles:
                 writer.append_ledgers_map()
             except OSError:
                 _log.warning("could not seal entry log %x", log_id, exc_info=True)
-        try:
-            writer.flush()
-        except OSError:
-            _log.warning(
-                "entry log %x keeps %d buffered bytes after a write error; it stays open "
-                "until a checkpoint can write them",
-                log_id,
-                writer.buffered_bytes,
-                exc_info=True,
-            )
-            kept: EntryLogWriter | None = writer
-        else:
+        kept: EntryLogWriter | None = None
+        if writer.buffered_bytes:
+            try:
+                writer.flush()
+            except OSError:
+                _log.warning(
+                    "entry log %x keeps %d buffered bytes after a write error; it stays open "
+                    "until a checkpoint can write them",
+                    log_id,
+                    writer.buffered_bytes,
+                    exc_info=True,
+                )
+                kept = writer
+        if kept is None:
             self._close_writer(writer)
-            kept = None
-        self.rotated[log_id] = RotatedLog(log_id, writer.path, ledger_id, reason, kept)
+        self.rotated[log_id] = RotatedLog(log_id, writer.fspath, ledger_id, reason, kept)
         self.rotations[reason] += 1
         event = RotationEvent(log_id, ledger_id, reason)
         if self._on_rotate is not None:
@@ -298,6 +579,11 @@ class LogFiles:
         finally:
             del self.writers[log_id]
             del self._dir_of[log_id]
+        spare = self._spare_buffers
+        if len(spare) < _SPARE_BUFFERS:
+            buf = writer.release_buffer()
+            if buf is not None:
+                spare.append(buf)
 
     def retire_rotated(self, log_id: int) -> bool:
         """A checkpoint fsynced rotated log ``log_id``: drop it from the queue, mark it flushed.
@@ -314,30 +600,60 @@ class LogFiles:
                 return False
             self._close_writer(writer)
         del self.rotated[log_id]
-        self.status.flushed(log_id)
+        with self.io_lock:
+            self.status.flushed(log_id)
         return True
+
+    # ---------------------------------------------------------------- leastUnflushedLogId
+
+    def is_flushed(self, log_id: int) -> bool:
+        with self.io_lock:
+            return self.status.is_flushed(log_id)
+
+    def flushed_among(self, log_ids: Iterable[int]) -> list[int]:
+        """The ids for which :meth:`is_flushed` holds, in the order given (one lock)."""
+        with self.io_lock:
+            is_flushed = self.status.is_flushed
+            return [i for i in log_ids if is_flushed(i)]
 
     # ---------------------------------------------------------------- closing
 
     def close(self) -> None:
-        """Close every writer (flush, no fsync, no ledgers map) and drop the preallocated log.
+        """Close every writer (flush, no fsync, no ledgers map) and drop unused logs.
 
-        The unused preallocated log is deleted rather than left as a header-only file for
-        every restart; its id is never reused (``lastId`` already names it).
+        The preallocated log and the pooled ones are deleted rather than left as empty files
+        for every restart; their ids are never reused (``lastId`` already names them).
         """
         if self._closed:
             return
-        self._closed = True
         error: OSError | None = None
+        with self.io_lock:
+            self._closed = True
+            pooled = [(d, log_id) for d, pool in enumerate(self._pool) for log_id in pool]
+            for pool in self._pool:
+                pool.clear()
+            while self._reserved:  # no files yet; lastId names them, so never reused
+                self.status.discard(self._reserved.popleft())
+        self._pool_listener = None
         pre = self.preallocated
         self.preallocated = None
         if pre is not None:
             try:
                 self._close_writer(pre)
-                os.unlink(pre.path)
+                os.unlink(pre.fspath)
             except OSError as e:
                 error = error or e
-            self.status.forget(pre.log_id)
+            with self.io_lock:
+                self.status.forget(pre.log_id)
+        for dir_index, log_id in pooled:
+            try:
+                os.unlink(os.path.join(self._dir_strs[dir_index], log_file_name(log_id)))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                error = error or e
+            with self.io_lock:
+                self.status.forget(log_id)
         for writer in list(self.writers.values()):
             try:
                 self._close_writer(writer)
@@ -346,13 +662,15 @@ class LogFiles:
         for record in self.rotated.values():
             record.writer = None
         self._active_in_dir = [0] * len(self.current_dirs)
+        self._spare_buffers.clear()
         if error is not None:
             raise error
 
     # ---------------------------------------------------------------- checking
 
     def _check(self, active: Sequence[EntryLogWriter]) -> None:
-        """Assert every invariant, given the manager's active writers. O(open + rotated)."""
+        """Assert every invariant, given the manager's active writers. O(open + rotated +
+        pooled); stats every pooled file."""
         active_ids = {w.log_id for w in active}
         assert len(active_ids) == len(active), "a log is active twice"
         kept = {lid for lid, rec in self.rotated.items() if rec.writer is not None}
@@ -380,14 +698,28 @@ class LogFiles:
         for writer in active:
             per_dir[self._dir_of[writer.log_id]] += 1
         assert per_dir == self._active_in_dir, (per_dir, self._active_in_dir)
-        unflushed = set(self.status.unflushed_ids())
-        for log_id in active_ids | set(self.rotated) | pre:
+        with self.io_lock:
+            unflushed = set(self.status.unflushed_ids())
+            pooled = {(d, log_id) for d, pool in enumerate(self._pool) for log_id in pool}
+            reserved = set(self._reserved)
+            self.status._check()
+        assert len(reserved) == len(self._reserved), "an id is reserved twice"
+        assert reserved <= unflushed, "a reserved id is not registered"
+        assert not reserved & ({i for _, i in pooled} | set(self.writers) | set(self.rotated))
+        pooled_ids = {log_id for _, log_id in pooled}
+        assert len(pooled_ids) == len(pooled), "a log is pooled twice"
+        assert not (pooled_ids & (set(self.writers) | set(self.rotated))), "pooled and in use"
+        if self._closed:
+            assert not pooled
+        for dir_index, log_id in pooled:
+            path = os.path.join(self._dir_strs[dir_index], log_file_name(log_id))
+            assert os.stat(path).st_size == 0, f"pooled log {path} is not empty"
+        for log_id in active_ids | set(self.rotated) | pre | pooled_ids:
             assert log_id in unflushed, f"log {log_id} is open or queued but not unflushed"
         for log_id, record in self.rotated.items():
             assert record.log_id == log_id
             if record.writer is not None:
-                assert record.writer.path == record.path
-        self.status._check()
+                assert record.writer.fspath == record.fspath
 
 
 class EntryLogManager(Protocol):

@@ -20,6 +20,7 @@ closed, and its log scans like a crashed one. The caller rotates to a new log.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 
 from bookiesim.entrylog.format import (
+    HEADER_SIZE,
     LEDGERS_MAP_OFFSET_POSITION,
     MAX_LOG_SIZE,
     MIN_SANE_ENTRY_SIZE,
@@ -44,6 +46,8 @@ _PAGE = 4096
 _SIZE = struct.Struct(">i").pack
 _PUT_SIZE = struct.Struct(">i").pack_into
 _LEDGER_ID = struct.Struct(">q").unpack_from
+_NEW_HEADER = LogHeader()
+_NEW_HEADER_BYTES = _NEW_HEADER.encode()
 
 
 class EntryLogFullError(Exception):
@@ -59,6 +63,9 @@ class EntryLogWriter:
         location = w.append(body)                     # (log_id << 32) | pos
         w.read_at(pos, n)                             # sees buffered bytes too
         w.append_ledgers_map(); w.fsync(); w.close()  # seal, persist, close
+
+    Sharing with another thread: only :meth:`sync_flushed`, or :meth:`dup_for_sync` under a
+    lock that the owner also holds to :meth:`close`.
     """
 
     __slots__ = (
@@ -70,6 +77,7 @@ class EntryLogWriter:
         "_fd",
         "_file_pos",
         "_fill",
+        "_fspath",
         "_header",
         "_ledgers",
         "_limit",
@@ -87,32 +95,61 @@ class EntryLogWriter:
         *,
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         unpersisted_bytes_bound: int = 0,
+        create: bool = True,
+        buffer: bytearray | None = None,
     ) -> None:
         """Create ``<directory>/<hex log_id>.log``; it must not exist yet.
 
-        ``unpersisted_bytes_bound > 0`` fsyncs whenever that many bytes were appended since
-        the last fsync (upstream ``flushEntrylogBytes``).
+        ``create=False`` instead opens that file, which must exist and be empty: a log
+        preallocated earlier (``FileExistsError`` if it holds any byte, so that a log with
+        data is never written over). ``unpersisted_bytes_bound > 0`` fsyncs whenever that
+        many bytes were appended since the last fsync (upstream ``flushEntrylogBytes``).
+        ``buffer``: a write buffer to reuse (of ``write_buffer_size`` bytes; its content does
+        not matter), e.g. from :meth:`release_buffer` of a closed writer.
         """
         if write_buffer_size <= 0:
             raise ValueError(f"write buffer size must be positive, not {write_buffer_size}")
-        self._path = Path(directory) / log_file_name(log_id)
+        # A plain string: pathlib costs microseconds per log, and under churn (a new log for
+        # nearly every add) that shows. :attr:`path` builds the Path when asked.
+        fspath = self._fspath = os.fspath(directory) + os.sep + log_file_name(log_id)
+        self._path: Path | None = None
         self._log_id = log_id
         self._capacity = write_buffer_size
         self._align = _PAGE if write_buffer_size >= 2 * _PAGE else 1
         self._unpersisted_bound = unpersisted_bytes_bound
-        # O_EXCL: never overwrite a log (the allocator skips existing ids; this makes sure).
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        if create:
+            # O_EXCL: never overwrite a log (the allocator skips existing ids; this makes sure).
+            self._fd = os.open(fspath, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        else:
+            fd = os.open(fspath, os.O_RDWR)
+            try:
+                size = os.fstat(fd).st_size
+            except BaseException:
+                os.close(fd)
+                raise
+            if size:
+                os.close(fd)
+                raise FileExistsError(
+                    errno.EEXIST, f"entry log holds {size} bytes; not a preallocated log", fspath
+                )
+            self._fd = fd
         self._closed = False
         self._sealed = False
         self._failed: OSError | None = None
-        self._header = LogHeader()
-        self._buf = bytearray(write_buffer_size)
+        self._header = _NEW_HEADER
+        if buffer is None or len(buffer) != write_buffer_size:
+            buffer = bytearray(write_buffer_size)
+        self._buf = buffer
         self._fill = 0  # bytes of _buf in use
         self._limit = write_buffer_size  # the buffer is written out when _fill reaches this
         self._file_pos = 0  # bytes handed to the OS
         self._persisted = 0  # position known to be durable (fsynced)
         self._ledgers: dict[int, int] = {}
-        self._copy_in(self._header.encode())
+        if write_buffer_size > HEADER_SIZE:
+            buffer[:HEADER_SIZE] = _NEW_HEADER_BYTES
+            self._fill = HEADER_SIZE
+        else:
+            self._copy_in(_NEW_HEADER_BYTES)
 
     # ---------------------------------------------------------------- introspection
 
@@ -122,7 +159,15 @@ class EntryLogWriter:
 
     @property
     def path(self) -> Path:
-        return self._path
+        path = self._path
+        if path is None:
+            path = self._path = Path(self._fspath)
+        return path
+
+    @property
+    def fspath(self) -> str:
+        """:attr:`path` as a string (cheaper)."""
+        return self._fspath
 
     @property
     def position(self) -> int:
@@ -174,7 +219,7 @@ class EntryLogWriter:
             state = "failed"
         else:
             state = "sealed" if self._sealed else "open"
-        return f"<EntryLogWriter {self._path} {state} position={self.position}>"
+        return f"<EntryLogWriter {self._fspath} {state} position={self.position}>"
 
     # ---------------------------------------------------------------- writing
 
@@ -198,7 +243,7 @@ class EntryLogWriter:
         pos = self._file_pos + fill + 4
         if pos + n > MAX_LOG_SIZE:
             raise EntryLogFullError(
-                f"{self._path}: entry of {n} bytes at {pos} would pass {MAX_LOG_SIZE} bytes"
+                f"{self._fspath}: entry of {n} bytes at {pos} would pass {MAX_LOG_SIZE} bytes"
             )
         ledgers = self._ledgers
         ledgers[ledger_id] = ledgers.get(ledger_id, 0) + n + 4
@@ -276,7 +321,8 @@ class EntryLogWriter:
         Touches neither the buffer nor the counters, so it may run in a worker thread
         (``trio.to_thread.run_sync``) while the owning thread keeps appending and flushing;
         the owner then calls :meth:`mark_persisted` with the result. The owner must not
-        :meth:`close` the writer while such a call is in flight.
+        :meth:`close` the writer while such a call is in flight (:meth:`dup_for_sync` lifts
+        that restriction).
         """
         durable = self._file_pos
         if metadata:
@@ -284,6 +330,17 @@ class EntryLogWriter:
         else:
             os.fdatasync(self._fd)
         return durable
+
+    def dup_for_sync(self) -> tuple[int, int]:
+        """A duplicate of the descriptor and the position flushed so far, for an fsync
+        elsewhere: ``os.fsync(fd)`` then makes that position durable (a duplicate shares the
+        open file), and the owner may close the writer meanwhile. The caller closes ``fd``.
+
+        Call it under the lock the owner holds to :meth:`close`; that lock is then held for
+        a ``dup``, not for an fsync that may take milliseconds.
+        """
+        self._check_open()
+        return os.dup(self._fd), self._file_pos
 
     def mark_persisted(self, position: int) -> None:
         """Record that everything before ``position`` is durable (see :meth:`sync_flushed`)."""
@@ -296,32 +353,69 @@ class EntryLogWriter:
         channel is flushed so that the map is in the file before the header points at it,
         then bytes 8..20 get (offset, count) by a positional write. A log without entries
         gets no map and a header of (offset = end, count = 0). Nothing is fsynced.
+
+        Cheaper here when nothing of the log reached the OS yet (the usual case under churn:
+        a log with a few small entries rotated to make room): the header is patched in the
+        buffer and header, entries and map go out in one ``write``. The bytes on disk are
+        the same; neither order is durable before the next fsync anyway, and a header that
+        points at a map that is not (all) there makes readers scan the log.
         """
         self._check_open()
         if self._sealed:
             raise ValueError(f"{self!r} already has its ledgers map")
         if self._failed:
             raise ValueError(f"{self!r} cannot be sealed after a write error")
-        self.flush()
-        offset = self.position
-        self._copy_in(encode_ledgers_map(self._ledgers))
-        self.flush()
+        offset = self._file_pos + self._fill
         header = LogHeader(
             version=self._header.version,
             ledgers_map_offset=offset,
             ledgers_count=len(self._ledgers),
         )
-        os.pwrite(self._fd, header.encode_map_patch(), LEDGERS_MAP_OFFSET_POSITION)
+        patch = header.encode_map_patch()
+        ledgers_map = encode_ledgers_map(self._ledgers)
+        in_buffer = (
+            self._file_pos == 0
+            and self._fill >= HEADER_SIZE
+            and self._fill + len(ledgers_map) < self._limit
+        )
+        if in_buffer:
+            buf = self._buf
+            at = LEDGERS_MAP_OFFSET_POSITION
+            buf[at : at + len(patch)] = patch
+            fill = self._fill
+            buf[fill : fill + len(ledgers_map)] = ledgers_map
+            self._fill = fill + len(ledgers_map)
+        else:
+            self._copy_in(ledgers_map)
+        self.flush()
+        if not in_buffer:
+            os.pwrite(self._fd, patch, LEDGERS_MAP_OFFSET_POSITION)
         self._header = header
         self._sealed = True
         return header
 
-    def close(self) -> None:
-        """Flush buffered bytes to the OS and close the file (no fsync). Idempotent."""
+    def release_buffer(self) -> bytearray | None:
+        """Once closed with every byte handed to the OS: give up the write buffer for another
+        writer to reuse (None otherwise, or if it was released already)."""
+        if not self._closed or self._fill or not self._buf:
+            return None
+        buf = self._buf
+        self._buf = bytearray()
+        return buf
+
+    def close(self, *, discard_buffer: bool = False) -> None:
+        """Flush buffered bytes to the OS and close the file (no fsync). Idempotent.
+
+        ``discard_buffer=True`` drops the buffered bytes instead: for a log that was never
+        used (the header alone, still in the buffer), which stays an empty file.
+        """
         if self._closed:
             return
         try:
-            self.flush()
+            if discard_buffer:
+                self._fill = 0
+            else:
+                self.flush()
         finally:
             self._closed = True
             os.close(self._fd)

@@ -100,6 +100,7 @@ CHANGED_DEFAULTS: dict[str, tuple[object, object]] = {
 BOOKIESIM_KEYS: dict[str, object] = {
     "bookieAddress": "127.0.0.1",
     "entryLogMaxOpenReadFiles": 1000,
+    "entryLogPreallocationPoolSize": 64,
     "upstreamBehaviour": False,
 }
 
