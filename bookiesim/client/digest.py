@@ -34,6 +34,8 @@ from typing import Final, NamedTuple
 
 import crc32c as _crc32c
 
+from bookiesim.client.errors import BKError
+
 __all__ = [
     "LAC_METADATA_LENGTH",
     "METADATA_LENGTH",
@@ -107,18 +109,19 @@ class VerifiedEntry(NamedTuple):
     payload: bytes
 
 
-class DigestMismatchError(ValueError):
+class DigestMismatchError(BKError, ValueError):
     """An entry body or LAC blob failed verification.
 
     ``entry_id`` is None when the body was too short to hold one or for a LAC blob; ``reason``
-    says what mismatched (digest, ledger id, entry id, length).
+    says what mismatched (digest, ledger id, entry id, length). A :class:`BKError` for the
+    client's callers, a ``ValueError`` for tools that only parse bytes. The client sets
+    ``bookie`` when it knows which replica sent the bad body.
     """
 
+    ledger_id: int
+
     def __init__(self, ledger_id: int, entry_id: int | None, reason: str) -> None:
-        what = f"ledger {ledger_id}" + ("" if entry_id is None else f" entry {entry_id}")
-        super().__init__(f"{what}: {reason}")
-        self.ledger_id = ledger_id
-        self.entry_id = entry_id
+        super().__init__(reason, ledger_id=ledger_id, entry_id=entry_id)
         self.reason = reason
 
 

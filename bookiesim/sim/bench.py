@@ -15,6 +15,7 @@ __all__ = ["BENCHMARK_MODULES", "register"]
 BENCHMARK_MODULES: tuple[str, ...] = (
     "bookiesim.sim.benchmarks.storage",
     "bookiesim.sim.benchmarks.bookie",
+    "bookiesim.sim.benchmarks.cluster",
 )
 
 

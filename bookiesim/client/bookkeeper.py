@@ -1,0 +1,358 @@
+"""The BookKeeper client object: metadata, bookie connections, and the ledger operations.
+
+::
+
+    async with BookKeeper.open("sqlite:///tmp/cluster/meta.db") as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        entry_id = await lh.add_entry(b"hello")
+        await lh.close()
+        reader = await bk.open_ledger(lh.ledger_id)
+        entries = await reader.read_entries(0, reader.last_add_confirmed)
+
+One :class:`BookKeeper` owns one pipelined connection per bookie (shared by all its ledger
+handles), a :class:`~bookiesim.metadata.ledgers.LedgerManager` on the metadata store, and a
+nursery in which everything that outlives a call runs: connections, ensemble changes,
+fire-and-forget WriteClose. Leaving its ``async with`` stops all of that; WriteCloses still
+in flight get a short grace period first.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from types import TracebackType
+from typing import Self
+
+import trio
+
+from bookiesim.client.bookie_pool import BookieConnector, BookiePool, Outcome, tcp_connector
+from bookiesim.client.digest import DigestType
+from bookiesim.client.errors import (
+    BKError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+)
+from bookiesim.client.ledger_handle import LedgerHandle, ReadOnlyLedgerHandle
+from bookiesim.client.wire import from_message
+from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
+from bookiesim.metadata.factory import open_store
+from bookiesim.metadata.ledgers import DEFAULT_LEDGERS_ROOT, LedgerManager, LedgerMetadata
+from bookiesim.metadata.ledgers import DigestType as MetaDigestType
+from bookiesim.metadata.registration import BookieInfo, live_bookies
+from bookiesim.metadata.store import MetadataStore
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+__all__ = ["BookKeeper", "ClientConfig", "ClientStats", "EnsembleProposal"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Client settings; upstream's names in brackets where there is one."""
+
+    request_timeout: float = 10.0
+    """Seconds a bookie has to answer a request [addEntryTimeoutSec, readEntryTimeoutSec]."""
+    connect_timeout: float = 5.0
+    """Seconds to open a connection [connectTimeoutMillis]."""
+    seed: int | None = None
+    """Seeds the random choice of ensembles and replacements (None: not reproducible)."""
+    read_window: int = 64
+    """Entries read concurrently by ``read_entries``."""
+    recovery_read_window: int = 512
+    """Entries recovery reads ahead of the one it is deciding, at most (it starts with a
+    few and doubles) [upstream reads recoveryReadBatchSize entries at a time]."""
+    parallel_recovery_reads: bool = False
+    """Ask every replica of an entry at once during recovery, instead of one after the
+    other [enableParallelRecoveryRead]. Faster to rule an entry out, twice the reads."""
+    explicit_lac_interval: float | None = None
+    """If set, a writer idle this long with an unsent LAC sends it by WriteLac
+    [explicitLacInterval]."""
+    write_close_grace: float = 1.0
+    """On leaving the client, how long WriteCloses still in flight may take."""
+    unsafe_recovery_reads_without_fence: bool = False
+    """Re-create upstream bug #2614 (BookKeeper ≤ 4.13): recovery reads entries without the
+    fencing flag, so a zombie writer can still get an entry acknowledged that recovery
+    declared missing. For fault campaigns only; never in real use."""
+
+
+@dataclass(frozen=True)
+class EnsembleProposal:
+    """An ensemble change some handle of this client proposed (for invariants S5)."""
+
+    ledger_id: int
+    first_entry_id: int
+    ensemble: tuple[str, ...]
+    by_recovery: bool
+
+
+@dataclass
+class ClientStats:
+    """Counters of one client (what a test or an operator asks "how often did X happen")."""
+
+    adds_completed: int = 0
+    adds_failed: int = 0
+    ensemble_changes: int = 0
+    metadata_conflicts: int = 0
+    """Compare-and-set attempts that lost a race and were retried."""
+    recoveries: int = 0
+    recovered_entries: int = 0
+    write_close_sent: int = 0
+    write_close_ok: int = 0
+    write_close_failed: int = 0
+    write_close_skipped: int = 0
+    """Ensemble bookies not sent a WriteClose: not registered, or not advertising it."""
+    proposals: deque[EnsembleProposal] = field(default_factory=lambda: deque(maxlen=1000))
+    """The latest ensemble changes proposed (kept for checks; bounded)."""
+
+    def record_proposal(
+        self, ledger_id: int, first: int, ensemble: tuple[str, ...], by_recovery: bool
+    ) -> None:
+        self.proposals.append(EnsembleProposal(ledger_id, first, ensemble, by_recovery))
+
+
+class BookKeeper:
+    """A BookKeeper client on a metadata store; use as ``async with BookKeeper(store)``
+    or :meth:`open` with a URI."""
+
+    def __init__(
+        self,
+        metadata_store: MetadataStore,
+        *,
+        bookie_connector: BookieConnector = tcp_connector,
+        config: ClientConfig | None = None,
+        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+    ) -> None:
+        self.store = metadata_store
+        self.config = config if config is not None else ClientConfig()
+        self.ledgers_root = ledgers_root
+        self.ledger_manager = LedgerManager(metadata_store, ledgers_root)
+        self.stats = ClientStats()
+        self.rng = random.Random(self.config.seed)
+        self._connector = bookie_connector
+        self._stack: AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._pool: BookiePool | None = None
+        self._write_closes_in_flight = 0
+        self._write_closes_done = trio.Event()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        uri: str,
+        *,
+        bookie_connector: BookieConnector = tcp_connector,
+        config: ClientConfig | None = None,
+        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+    ) -> AsyncIterator[BookKeeper]:
+        """Open the metadata store ``uri`` names and a client on it, for the block."""
+        async with (
+            open_store(uri) as store,
+            cls(
+                store, bookie_connector=bookie_connector, config=config, ledgers_root=ledgers_root
+            ) as bk,
+        ):
+            yield bk
+
+    async def __aenter__(self) -> Self:
+        if self._stack is not None:
+            raise RuntimeError("this BookKeeper client is already running")
+        stack = AsyncExitStack()
+        self._nursery = await stack.enter_async_context(trio.open_nursery())
+        self._pool = BookiePool(
+            self._nursery,
+            self._connector,
+            request_timeout=self.config.request_timeout,
+            connect_timeout=self.config.connect_timeout,
+        )
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None
+        assert self._nursery is not None
+        try:
+            if exc_type is None:
+                with trio.move_on_after(self.config.write_close_grace):
+                    await self.wait_write_closes()
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+            self._nursery.cancel_scope.cancel()
+            result = await stack.__aexit__(exc_type, exc, tb)
+        return result
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise RuntimeError("use the client inside 'async with'")
+        return self._nursery
+
+    @property
+    def pool(self) -> BookiePool:
+        if self._pool is None:
+            raise RuntimeError("use the client inside 'async with'")
+        return self._pool
+
+    # -- bookies -------------------------------------------------------------------------
+
+    async def live_bookies(self) -> dict[str, BookieInfo]:
+        """The bookies registered now, by id."""
+        return await live_bookies(self.store, self.ledgers_root)
+
+    # -- ledgers ---------------------------------------------------------------------------
+
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+        digest_type: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> LedgerHandle:
+        """A new OPEN ledger on ``ensemble_size`` live bookies chosen at random."""
+        if not ensemble_size >= write_quorum >= ack_quorum >= 1:
+            raise ValueError(
+                f"need E >= Qw >= Qa >= 1, got E={ensemble_size} Qw={write_quorum} Qa={ack_quorum}"
+            )
+        live = sorted(await self.live_bookies())
+        if len(live) < ensemble_size:
+            raise NotEnoughBookiesError(
+                f"an ensemble of {ensemble_size} needs that many live bookies; "
+                f"{len(live)} registered ({live})"
+            )
+        ensemble = tuple(self.rng.sample(live, ensemble_size))
+        metadata = LedgerMetadata(
+            ensemble_size=ensemble_size,
+            write_quorum_size=write_quorum,
+            ack_quorum_size=ack_quorum,
+            ensembles={0: ensemble},
+            digest_type=MetaDigestType(int(digest_type)),
+            password=password,
+            ctime=int(time.time() * 1000),
+            custom_metadata=dict(custom_metadata or {}),
+        )
+        ledger_id = await self.ledger_manager.create(metadata)
+        log.info("created ledger %d on %s", ledger_id, ensemble)
+        return LedgerHandle(self, ledger_id, metadata, 0)
+
+    async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        try:
+            return await self.ledger_manager.read(ledger_id)
+        except MetaNoSuchLedgerError:
+            raise NoSuchLedgerError("no metadata", ledger_id=ledger_id) from None
+
+    async def open_ledger(
+        self, ledger_id: int, *, recovery: bool = False, password: bytes | None = None
+    ) -> ReadOnlyLedgerHandle:
+        """A read-only handle.
+
+        With ``recovery=True`` an open ledger is fenced, its tail recovered and the ledger
+        closed first (:mod:`.recovery`), so the handle sees its final content. Without, an
+        open ledger's handle starts at the LAC the bookies report now (no fencing: the
+        writer goes on). ``password``, if given, must be the ledger's.
+        """
+        metadata, version = await self.read_metadata(ledger_id)
+        if password is not None and password != metadata.password:
+            raise UnauthorizedError("wrong password", ledger_id=ledger_id)
+        if recovery and not metadata.is_closed:
+            from bookiesim.client.recovery import recover_ledger
+
+            return await recover_ledger(self, ledger_id)
+        handle = ReadOnlyLedgerHandle(self, ledger_id, metadata, version)
+        if not metadata.is_closed:
+            try:
+                await handle.read_last_add_confirmed()
+            except BKError as exc:
+                log.info("ledger %d: LAC unknown at open: %s", ledger_id, exc)
+        return handle
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata; the bookies' garbage collectors reclaim its data."""
+        try:
+            await self.ledger_manager.delete(ledger_id)
+        except MetaNoSuchLedgerError:
+            raise NoSuchLedgerError("no metadata", ledger_id=ledger_id) from None
+
+    async def list_ledgers(self) -> list[int]:
+        return await self.ledger_manager.list_ledgers()
+
+    # -- write-close (BP-32) -----------------------------------------------------------------
+
+    def send_write_close(self, ledger_id: int, metadata: LedgerMetadata, master_key: bytes) -> None:
+        """Tell every bookie of the ledger's ensembles that advertises ``writeClose`` that
+        the writer is done, in the background: the caller does not wait, and a lost
+        WriteClose changes only when the bookie rotates the ledger's log (on expiry)."""
+        self._write_closes_in_flight += 1
+        self.nursery.start_soon(self._write_close, ledger_id, metadata.bookies(), master_key)
+
+    async def _write_close(self, ledger_id: int, bookies: set[str], master_key: bytes) -> None:
+        try:
+            live = await self.live_bookies()
+            done = trio.Event()
+            waiting = 0
+
+            def on_outcome(bookie: str, outcome: Outcome) -> None:
+                nonlocal waiting
+                waiting -= 1
+                if isinstance(outcome, BKError):
+                    self.stats.write_close_failed += 1
+                    log.info("WriteClose of ledger %d: %s", ledger_id, outcome)
+                elif outcome.status == pb.EOK:
+                    self.stats.write_close_ok += 1
+                    log.debug("WriteClose of ledger %d acknowledged by %s", ledger_id, bookie)
+                else:
+                    self.stats.write_close_failed += 1
+                    log.info(
+                        "WriteClose of ledger %d: bookie %s answered %s",
+                        ledger_id,
+                        bookie,
+                        pb.StatusCode.Name(outcome.status),
+                    )
+                if waiting == 0:
+                    done.set()
+
+            for bookie in sorted(bookies):
+                info = live.get(bookie)
+                if info is None or not info.supports_write_close:
+                    self.stats.write_close_skipped += 1
+                    continue
+                request = from_message(
+                    pb.Request(
+                        writeCloseRequest=pb.WriteCloseRequest(
+                            ledgerId=ledger_id, masterKey=master_key
+                        )
+                    )
+                )
+                waiting += 1
+                self.stats.write_close_sent += 1
+                self.pool.submit(bookie, request, partial(on_outcome, bookie))
+            if waiting:
+                await done.wait()
+        except Exception as exc:  # advisory: never let it take the client down
+            log.warning("WriteClose of ledger %d not sent: %s", ledger_id, exc)
+        finally:
+            self._write_closes_in_flight -= 1
+            if self._write_closes_in_flight == 0:
+                self._write_closes_done.set()
+                self._write_closes_done = trio.Event()
+
+    async def wait_write_closes(self) -> None:
+        """Until every WriteClose sent so far has been answered, failed or timed out."""
+        while self._write_closes_in_flight:
+            await self._write_closes_done.wait()

@@ -1,0 +1,778 @@
+"""Ledger handles: reading any ledger, and writing the one ledger a handle owns.
+
+Theory of operation of the write path
+-------------------------------------
+A :class:`LedgerHandle` is the *writer* of its ledger: the only client that makes normal
+adds. Each :meth:`~LedgerHandle.append_async` takes the next entry id, packages the payload
+with the running LAC and the ledger's total length (reference §2.6) and sends it at once to
+the entry's write set (:mod:`.distribution`), without waiting for earlier adds: many adds are
+in flight. Acks arrive by callback from the connection's reader; an entry is acknowledged to
+its caller only when Qa bookies of its write set stored it **and** every earlier entry has
+been acknowledged, so the LAC — the highest acknowledged id — only ever moves forward by
+one, and every entry up to it is on Qa bookies (invariants S2, A11).
+
+When a bookie of the current ensemble fails (connection refused or lost, timeout, EIO, any
+status but EOK/EFENCED/EUA), the handle replaces it — an *ensemble change*: it picks a live
+registered bookie outside the ensemble, writes a new segment starting at LAC + 1 into the
+metadata by compare-and-set, forgets the acks the replaced bookie gave for entries past the
+LAC, and resends the unacknowledged entries to the replacement. Adds made during the change
+wait and are sent after it. If the CAS finds the ledger IN_RECOVERY or CLOSED, someone else
+took the ledger over: every pending add fails with :class:`LedgerFencedError` /
+:class:`LedgerClosedError`, as it does when a bookie answers EFENCED. A segment is never
+proposed below an existing one (invariants S5, upstream #2615).
+
+A *recovery* handle (used by :mod:`.recovery`) is the same machine with three differences:
+adds carry the RECOVERY_ADD flag (a fenced bookie accepts them), entries keep the length
+field they had when the writer made them, and ensemble changes stay in memory until the
+recovery closes the ledger in one CAS (invariants A9).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+
+from bookiesim.client.bookie_pool import Outcome
+from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
+from bookiesim.client.distribution import RoundRobinDistribution, ensemble_covered
+from bookiesim.client.errors import (
+    BKError,
+    BookieRequestError,
+    BookieUnavailableError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataConflictError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+)
+from bookiesim.client.wire import WireRequest, add_request, from_message, read_request
+from bookiesim.metadata.errors import MetadataError
+from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
+from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+if TYPE_CHECKING:
+    from bookiesim.client.bookkeeper import BookKeeper
+
+__all__ = ["AddFuture", "LedgerEntry", "LedgerHandle", "ReadOnlyLedgerHandle"]
+
+log = logging.getLogger(__name__)
+
+_MISSING = (pb.ENOENTRY, pb.ENOLEDGER)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One entry read back: its payload and the ledger length up to and including it."""
+
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+    length: int
+
+
+def _digest_type(metadata: LedgerMetadata) -> DigestType:
+    return DigestType(int(metadata.digest_type))
+
+
+class ReadOnlyLedgerHandle:
+    """Reads a ledger: entries from any replica of their write set, digests verified.
+
+    Open ledgers can be read up to the last add confirmed that this handle knows
+    (:meth:`read_last_add_confirmed` refreshes it); closed ones up to their last entry,
+    never past it (invariants S7b).
+    """
+
+    def __init__(self, bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata, version: int):
+        self._bk = bk
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self.digest = DigestManager(ledger_id, metadata.password, _digest_type(metadata))
+        self.dist = RoundRobinDistribution(
+            metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
+        )
+        self._lac = metadata.last_entry_id if metadata.is_closed else -1
+        self._lac_length = metadata.length if metadata.is_closed else 0
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(ledger_id={self.ledger_id}, "
+            f"state={self.metadata.state.name}, lac={self._lac})"
+        )
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id known to be acknowledged (-1: none)."""
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        """Bytes in entries 0..LAC (the metadata's length once the ledger is closed)."""
+        return self._lac_length
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.is_closed
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        return (await self.read_entries(entry_id, entry_id))[0]
+
+    async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` (inclusive), which must not pass the LAC (closed: the
+        last entry). Raises :class:`NoSuchEntryError` for ids outside the ledger."""
+        bound = self.metadata.last_entry_id if self.metadata.is_closed else self._lac
+        if first < 0 or last < first:
+            raise NoSuchEntryError(
+                f"bad range {first}..{last}", ledger_id=self.ledger_id, entry_id=first
+            )
+        if last > bound:
+            what = "last entry" if self.metadata.is_closed else "last add confirmed"
+            raise NoSuchEntryError(
+                f"past the {what} ({bound})", ledger_id=self.ledger_id, entry_id=last
+            )
+        return await self.read_unconfirmed_entries(first, last)
+
+    async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` without the LAC bound (upstream's readUnconfirmedEntries):
+        whatever the bookies hold, digest-checked. Raises :class:`NoSuchEntryError` when no
+        replica has one of them."""
+        results: dict[int, LedgerEntry] = {}
+        ids = iter(range(first, last + 1))
+        window = max(1, self._bk.config.read_window)
+
+        failures: list[BKError] = []
+
+        async def worker(cancel: trio.CancelScope) -> None:
+            for entry_id in ids:
+                try:
+                    results[entry_id] = await self._read_from_replicas(entry_id)
+                except BKError as exc:
+                    # Raised here, the error would reach the caller wrapped in an exception
+                    # group; the first failure cancels the other readers instead.
+                    failures.append(exc)
+                    cancel.cancel()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(window, last - first + 1)):
+                nursery.start_soon(worker, nursery.cancel_scope)
+        if failures:
+            raise failures[0]
+        return [results[i] for i in range(first, last + 1)]
+
+    async def _read_from_replicas(self, entry_id: int) -> LedgerEntry:
+        """Try each bookie of the entry's write set in turn until one returns a good body."""
+        ensemble = self.metadata.ensemble_at(entry_id)
+        errors: list[BKError] = []
+        for position in self.dist.write_set(entry_id):
+            bookie = ensemble[position]
+            try:
+                response = await self._bk.pool.call(bookie, read_request(self.ledger_id, entry_id))
+            except BookieUnavailableError as exc:
+                errors.append(exc)
+                continue
+            status = response.status
+            if status == pb.EOK and response.readResponse.HasField("body"):
+                try:
+                    v = self.digest.verify(response.readResponse.body, expected_entry_id=entry_id)
+                except DigestMismatchError as exc:
+                    exc.bookie = bookie
+                    log.warning("%s (from bookie %s); trying the next replica", exc, bookie)
+                    errors.append(exc)
+                    continue
+                return LedgerEntry(self.ledger_id, entry_id, v.payload, v.length)
+            errors.append(
+                BookieRequestError(
+                    status if status != pb.EOK else pb.ENOENTRY,
+                    ledger_id=self.ledger_id,
+                    entry_id=entry_id,
+                    bookie=bookie,
+                    operation="read",
+                )
+            )
+        raise _read_failure(self.ledger_id, entry_id, ensemble, errors)
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the bookies of the last ensemble for their last entry (no fencing) and raise
+        the known LAC to the highest LAC found in those entries' headers.
+
+        Re-reads the metadata first: a closed ledger answers its last entry at once, and an
+        ensemble change since the handle was opened is followed.
+        """
+        try:
+            self.metadata, self.version = await self._bk.ledger_manager.read(self.ledger_id)
+        except MetaNoSuchLedgerError:
+            raise NoSuchLedgerError("no metadata", ledger_id=self.ledger_id) from None
+        if self.metadata.is_closed:
+            self._lac = self.metadata.last_entry_id
+            self._lac_length = self.metadata.length
+            return self._lac
+        lac, length = await self._read_lac_from_bookies()
+        if lac > self._lac:
+            if length is None:
+                length = (await self._read_from_replicas(lac)).length
+            self._lac = lac
+            self._lac_length = length
+        return self._lac
+
+    async def _read_lac_from_bookies(self) -> tuple[int, int | None]:
+        """Read entry -1 from every bookie of the last ensemble, until the answers cover the
+        ensemble (or all answered); returns (the highest LAC seen, in returned entries'
+        headers or as a bookie's own LAC, and the length at that entry if an answer was
+        that entry)."""
+        _, ensemble = self.metadata.last_ensemble
+        positive: set[int] = set()
+        answered = 0
+        lac = -1
+        lengths: dict[int, int] = {}
+        done = trio.Event()
+
+        def on_outcome(position: int, outcome: Outcome) -> None:
+            nonlocal answered, lac
+            answered += 1
+            if not isinstance(outcome, BKError):
+                if outcome.status == pb.EOK and outcome.readResponse.HasField("body"):
+                    try:
+                        v = self.digest.verify(outcome.readResponse.body)
+                    except DigestMismatchError as exc:
+                        log.warning("LAC read from %s: %s", ensemble[position], exc)
+                    else:
+                        positive.add(position)
+                        lac = max(lac, v.lac)
+                        lengths[v.entry_id] = v.length
+                        if outcome.readResponse.HasField("maxLAC"):
+                            # The bookie's own LAC also counts explicit LACs (WriteLac).
+                            lac = max(lac, outcome.readResponse.maxLAC)
+                elif outcome.status in _MISSING:
+                    positive.add(position)
+            if ensemble_covered(self.dist, positive) or answered == len(ensemble):
+                done.set()
+
+        for position, bookie in enumerate(ensemble):
+            self._bk.pool.submit(
+                bookie,
+                read_request(self.ledger_id, -1),
+                partial(on_outcome, position),
+            )
+        await done.wait()
+        return lac, lengths.get(lac)
+
+
+def _read_failure(
+    ledger_id: int, entry_id: int, ensemble: Sequence[str], errors: list[BKError]
+) -> BKError:
+    """The error for an entry no replica could return, most telling first: every replica
+    lacks it → no such entry; a corrupt copy → digest mismatch; else the bookie errors."""
+    missing = [e for e in errors if isinstance(e, BookieRequestError) and e.status in _MISSING]
+    if len(missing) == len(errors):
+        return NoSuchEntryError(
+            f"not on any replica ({', '.join(e.bookie or '?' for e in errors)})",
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+        )
+    for e in errors:
+        if isinstance(e, DigestMismatchError):
+            return e
+    detail = "; ".join(str(e) for e in errors)
+    return BookieUnavailableError(
+        f"no replica of {list(ensemble)} returned it: {detail}",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+    )
+
+
+class AddFuture:
+    """An add in flight: :meth:`result` waits until it is acknowledged (in entry order)."""
+
+    __slots__ = (
+        "_done",
+        "_event",
+        "acked",
+        "body",
+        "entry_id",
+        "error",
+        "length",
+        "quorum",
+        "sent",
+    )
+
+    def __init__(self, entry_id: int, length: int, body: bytes) -> None:
+        self.entry_id = entry_id
+        self.length = length
+        self.body = body
+        self.acked: set[int] = set()
+        self.quorum = False
+        self.sent = False
+        self._done = False
+        self._event: trio.Event | None = None
+        self.error: BKError | None = None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self.error else "acked")
+        return f"AddFuture(entry_id={self.entry_id}, {state})"
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def _finish(self, error: BKError | None) -> None:
+        self._done = True
+        self.error = error
+        self.body = b""
+        if self._event is not None:
+            self._event.set()
+
+    async def result(self) -> int:
+        """The entry id once acknowledged; raises the add's error if it failed."""
+        if not self._done:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.entry_id
+
+
+class LedgerHandle(ReadOnlyLedgerHandle):
+    """The writer of a ledger (see the module docstring for the write path).
+
+    Made by :meth:`BookKeeper.create_ledger`; the recovery of :mod:`.recovery` makes one with
+    ``recovery=True``.
+    """
+
+    def __init__(
+        self,
+        bk: BookKeeper,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        version: int,
+        *,
+        recovery: bool = False,
+        last_add_confirmed: int = -1,
+        length: int = 0,
+    ) -> None:
+        super().__init__(bk, ledger_id, metadata, version)
+        self.recovery = recovery
+        self._lac = last_add_confirmed
+        self._lac_length = length
+        self._last_pushed = last_add_confirmed
+        self._length = length
+        _, ensemble = metadata.last_ensemble
+        self._ensemble: tuple[str, ...] = ensemble
+        self._pending: deque[AddFuture] = deque()
+        self._failed: dict[int, str] = {}
+        self._bad_bookies: set[str] = set()
+        self._changing = False
+        self._error: BKError | None = None
+        self._closing = False
+        self._closed = False
+        self._drained: trio.Event | None = None
+        self._lac_sent = last_add_confirmed
+        self._lac_task: trio.CancelScope | None = None
+        interval = bk.config.explicit_lac_interval
+        if interval is not None and not recovery:
+            self._lac_task = trio.CancelScope()
+            bk.nursery.start_soon(self._explicit_lac_loop, interval, self._lac_task)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def last_add_pushed(self) -> int:
+        """The highest entry id handed out (acknowledged or not)."""
+        return self._last_pushed
+
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        """The bookies new entries go to."""
+        return self._ensemble
+
+    @property
+    def pending_adds(self) -> int:
+        return len(self._pending)
+
+    @property
+    def error(self) -> BKError | None:
+        """Why the handle stopped taking adds (fenced, closed by others, no bookies)."""
+        return self._error
+
+    async def read_last_add_confirmed(self) -> int:
+        """The writer knows its LAC: no need to ask the bookies."""
+        return self._lac
+
+    # -- adds --------------------------------------------------------------------------------
+
+    async def add_entry(self, payload: bytes) -> int:
+        """Add one entry and wait until it is acknowledged; returns its id."""
+        return await self.append_async(payload).result()
+
+    def append_async(self, payload: bytes) -> AddFuture:
+        """Start adding ``payload`` and return at once; await ``.result()`` for its id.
+
+        Adds are acknowledged in the order they were made. Raises at once if the handle is
+        closed or broken.
+        """
+        if self.recovery:
+            raise BKError("a recovery handle only re-adds entries", ledger_id=self.ledger_id)
+        self._check_writable()
+        length = self._length + len(payload)
+        return self._push(self._last_pushed + 1, payload, length)
+
+    def _append_recovered(self, entry_id: int, payload: bytes, length: int) -> AddFuture:
+        """Recovery: re-add entry ``entry_id`` (the next id) with its original length."""
+        if entry_id != self._last_pushed + 1:
+            raise ValueError(f"recovered entry {entry_id} is not {self._last_pushed + 1}")
+        self._check_writable()
+        return self._push(entry_id, payload, length)
+
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closing or self._closed:
+            raise LedgerClosedError("handle is closed", ledger_id=self.ledger_id)
+
+    def _push(self, entry_id: int, payload: bytes, length: int) -> AddFuture:
+        body = self.digest.package(entry_id, self._lac, length, payload)
+        op = AddFuture(entry_id, length, body)
+        self._last_pushed = entry_id
+        self._length = length
+        self._pending.append(op)
+        if not self._changing:
+            op.sent = True
+            self._send(op, self.dist.write_set(entry_id))
+            self._lac_sent = self._lac
+        return op
+
+    def _add_request(self, op: AddFuture) -> WireRequest:
+        return add_request(
+            self.ledger_id, op.entry_id, self.digest.master_key, op.body, recovery=self.recovery
+        )
+
+    def _send(self, op: AddFuture, positions: Sequence[int]) -> None:
+        request = self._add_request(op)
+        submit = self._bk.pool.submit
+        for position in positions:
+            bookie = self._ensemble[position]
+            submit(bookie, request, partial(self._on_add_outcome, op, position, bookie))
+
+    def _on_add_outcome(self, op: AddFuture, position: int, bookie: str, outcome: Outcome) -> None:
+        if op.done or self._ensemble[position] != bookie:
+            return  # already settled, or an answer from a bookie since replaced
+        if isinstance(outcome, BKError):
+            self._bookie_failed(position, bookie, outcome)
+            return
+        status = outcome.status
+        if status == pb.EOK:
+            if position in self._failed:
+                return  # being replaced: its acks no longer count (invariants A11)
+            op.acked.add(position)
+            if not op.quorum and len(op.acked) >= self.dist.ack_quorum:
+                op.quorum = True
+                self._complete_in_order()
+        elif status == pb.EFENCED:
+            self._fail(
+                LedgerFencedError(
+                    "fenced by a recovering client",
+                    ledger_id=self.ledger_id,
+                    entry_id=op.entry_id,
+                    bookie=bookie,
+                )
+            )
+        elif status == pb.EUA:
+            self._fail(
+                UnauthorizedError(
+                    "master key rejected",
+                    ledger_id=self.ledger_id,
+                    entry_id=op.entry_id,
+                    bookie=bookie,
+                )
+            )
+        else:
+            self._bookie_failed(
+                position,
+                bookie,
+                BookieRequestError(
+                    status,
+                    ledger_id=self.ledger_id,
+                    entry_id=op.entry_id,
+                    bookie=bookie,
+                    operation="add",
+                ),
+            )
+
+    def _complete_in_order(self) -> None:
+        pending = self._pending
+        while pending and pending[0].quorum:
+            op = pending.popleft()
+            self._lac = op.entry_id
+            self._lac_length = op.length
+            self._bk.stats.adds_completed += 1
+            op._finish(None)
+        if not pending and self._drained is not None:
+            self._drained.set()
+
+    def _fail(self, error: BKError) -> None:
+        """Stop for good: fail every pending add with ``error`` (in entry order)."""
+        if self._error is None:
+            self._error = error
+            log.warning("%s; failing %d pending adds", error, len(self._pending))
+        pending, self._pending = self._pending, deque()
+        for op in pending:
+            self._bk.stats.adds_failed += 1
+            op._finish(error)
+        if self._drained is not None:
+            self._drained.set()
+        if self._lac_task is not None:
+            self._lac_task.cancel()
+
+    # -- ensemble changes -----------------------------------------------------------------
+
+    def _bookie_failed(self, position: int, bookie: str, error: BKError) -> None:
+        if self._error is not None or self._closed or position in self._failed:
+            return
+        log.info(
+            "ledger %d: bookie %s (position %d) failed: %s", self.ledger_id, bookie, position, error
+        )
+        self._failed[position] = bookie
+        self._bad_bookies.add(bookie)
+        if not self._changing:
+            self._changing = True
+            self._bk.nursery.start_soon(self._ensemble_change_loop)
+
+    async def _ensemble_change_loop(self) -> None:
+        try:
+            while self._failed and self._error is None:
+                failed = dict(self._failed)
+                first = self._lac + 1
+                ensemble = await self._replacement_ensemble(failed)
+                await self._commit_ensemble(first, ensemble)
+                self._apply_ensemble(ensemble, failed)
+        except BKError as exc:
+            self._fail(exc)
+        except MetadataError as exc:
+            self._fail(BKError(f"ensemble change failed: {exc}", ledger_id=self.ledger_id))
+        finally:
+            self._changing = False
+            if self._drained is not None:
+                self._drained.set()
+
+    async def _replacement_ensemble(self, failed: dict[int, str]) -> tuple[str, ...]:
+        live = await self._bk.live_bookies()
+        exclude = set(self._ensemble) | self._bad_bookies
+        candidates = sorted(b for b in live if b not in exclude)
+        if len(candidates) < len(failed):
+            # Bookies that failed this handle earlier may be back (restarted); try them
+            # before giving up, rather than quarantining them for good.
+            current = set(self._ensemble)
+            candidates += sorted(b for b in live if b in self._bad_bookies and b not in current)
+        if len(candidates) < len(failed):
+            raise NotEnoughBookiesError(
+                f"cannot replace {sorted(failed.values())}: {len(candidates)} spare live "
+                f"bookies ({candidates}), {len(failed)} needed",
+                ledger_id=self.ledger_id,
+            )
+        chosen = self._bk.rng.sample(candidates, len(failed))
+        ensemble = list(self._ensemble)
+        for position, bookie in zip(sorted(failed), chosen, strict=True):
+            ensemble[position] = bookie
+        return tuple(ensemble)
+
+    async def _commit_ensemble(self, first: int, ensemble: tuple[str, ...]) -> None:
+        """Record the new segment: in the metadata by CAS (writer), or in memory only
+        (recovery, written at close)."""
+        last_first = max(self.metadata.ensembles)
+        self._bk.stats.record_proposal(self.ledger_id, first, ensemble, self.recovery)
+        if first < last_first:
+            # Invariants S5 / upstream #2615: never propose a segment below an existing one.
+            raise MetadataConflictError(
+                f"refusing an ensemble change at entry {first}, below the segment at {last_first}",
+                ledger_id=self.ledger_id,
+            )
+        if self.recovery:
+            self.metadata = self.metadata.with_ensemble(first, ensemble)
+            self._bk.stats.ensemble_changes += 1
+            return
+        expected = dict(self.metadata.ensembles)
+        attempts = 0
+
+        def change(current: LedgerMetadata) -> LedgerMetadata:
+            nonlocal attempts
+            attempts += 1
+            if current.state is LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(
+                    "ledger is being recovered (seen at ensemble change)",
+                    ledger_id=self.ledger_id,
+                )
+            if current.state is LedgerState.CLOSED:
+                raise LedgerClosedError(
+                    f"closed by another client at entry {current.last_entry_id} "
+                    "(seen at ensemble change)",
+                    ledger_id=self.ledger_id,
+                )
+            if dict(current.ensembles) != expected:
+                raise MetadataConflictError(
+                    "ensembles changed under the writer", ledger_id=self.ledger_id
+                )
+            return current.with_ensemble(first, ensemble)
+
+        try:
+            self.metadata, self.version = await self._bk.ledger_manager.update_with_retry(
+                self.ledger_id, change
+            )
+        except MetaNoSuchLedgerError:
+            raise NoSuchLedgerError("deleted while writing", ledger_id=self.ledger_id) from None
+        finally:
+            self._bk.stats.metadata_conflicts += max(0, attempts - 1)
+        self._bk.stats.ensemble_changes += 1
+        log.info("ledger %d: ensemble from entry %d is now %s", self.ledger_id, first, ensemble)
+
+    def _apply_ensemble(self, ensemble: tuple[str, ...], failed: dict[int, str]) -> None:
+        self._ensemble = ensemble
+        replaced = set(failed)
+        for position, bookie in failed.items():
+            if self._failed.get(position) == bookie:
+                del self._failed[position]
+        if self._error is not None:
+            return
+        write_set = self.dist.write_set
+        ack_quorum = self.dist.ack_quorum
+        for op in self._pending:
+            # Forget the replaced bookies' acks (invariants A11) and send the entry to
+            # whoever has not got it: the replacements, or everyone if the add was made
+            # during the change.
+            op.acked -= replaced
+            op.quorum = len(op.acked) >= ack_quorum
+            positions = write_set(op.entry_id)
+            if not op.sent:
+                op.sent = True
+                self._send(op, positions)
+            else:
+                todo = [p for p in positions if p in replaced]
+                if todo:
+                    self._send(op, todo)
+        self._lac_sent = self._lac
+        self._complete_in_order()
+
+    # -- explicit LAC --------------------------------------------------------------------
+
+    async def write_lac(self) -> int:
+        """Send the LAC explicitly (WriteLac) to the current ensemble; returns how many
+        bookies stored it. Readers then see it even though no later add carried it."""
+        lac = self._lac
+        blob = self.digest.package_lac(lac)
+        request = from_message(
+            pb.Request(
+                writeLacRequest=pb.WriteLacRequest(
+                    ledgerId=self.ledger_id, lac=lac, masterKey=self.digest.master_key, body=blob
+                )
+            )
+        )
+        ok = 0
+
+        async def one(bookie: str) -> None:
+            nonlocal ok
+            try:
+                response = await self._bk.pool.call(bookie, request)
+            except BookieUnavailableError as exc:
+                log.info("WriteLac to %s failed: %s", bookie, exc)
+                return
+            if response.status == pb.EOK:
+                ok += 1
+
+        async with trio.open_nursery() as nursery:
+            for bookie in self._ensemble:
+                nursery.start_soon(one, bookie)
+        self._lac_sent = max(self._lac_sent, lac)
+        return ok
+
+    async def _explicit_lac_loop(self, interval: float, scope: trio.CancelScope) -> None:
+        with scope:
+            while not self._closed and self._error is None:
+                await trio.sleep(interval)
+                if self._lac > self._lac_sent and not self._pending and not self._closing:
+                    await self.write_lac()
+
+    # -- close -----------------------------------------------------------------------------
+
+    async def wait_for_pending(self) -> None:
+        """Until every add made so far is acknowledged or failed, and no ensemble change is
+        under way (so the metadata this handle holds is settled)."""
+        while self._pending or self._changing:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def close(self) -> None:
+        """Wait for pending adds, then close the ledger in the metadata (CLOSED, last entry
+        = LAC, length) by compare-and-set, then tell the ensemble's bookies (WriteClose,
+        without waiting).
+
+        If another client closed or recovered the ledger meanwhile, its metadata stands and
+        this handle adopts it. Raises :class:`LedgerFencedError` if a recovery is running.
+        """
+        if self._closed:
+            return
+        self._closing = True
+        if self._lac_task is not None:
+            self._lac_task.cancel()
+        await self.wait_for_pending()
+        lac, length = self._lac, self._lac_length
+        expected = dict(self.metadata.ensembles)
+        closed_by_us = False
+        attempts = 0
+
+        def close(current: LedgerMetadata) -> LedgerMetadata | None:
+            nonlocal closed_by_us, attempts
+            attempts += 1
+            if current.state is LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(
+                    "cannot close: a recovery is in progress", ledger_id=self.ledger_id
+                )
+            if current.state is LedgerState.CLOSED:
+                closed_by_us = False
+                return None
+            if dict(current.ensembles) != expected:
+                raise MetadataConflictError(
+                    "ensembles changed under the writer", ledger_id=self.ledger_id
+                )
+            closed_by_us = True
+            return current.closed(lac, length)
+
+        try:
+            self.metadata, self.version = await self._bk.ledger_manager.update_with_retry(
+                self.ledger_id, close
+            )
+        except MetaNoSuchLedgerError:
+            raise NoSuchLedgerError("deleted before close", ledger_id=self.ledger_id) from None
+        finally:
+            self._bk.stats.metadata_conflicts += max(0, attempts - 1)
+        self._closed = True
+        final = self.metadata
+        if not closed_by_us:
+            log.info(
+                "ledger %d was closed by another client at entry %d (our LAC %d)",
+                self.ledger_id,
+                final.last_entry_id,
+                lac,
+            )
+            if final.last_entry_id < lac:
+                # Acknowledged entries past the recovered end: invariants S1 broken.
+                raise LedgerClosedError(
+                    f"closed by another client at entry {final.last_entry_id}, below the "
+                    f"{lac} this handle acknowledged",
+                    ledger_id=self.ledger_id,
+                )
+            self._lac, self._lac_length = final.last_entry_id, final.length
+            return
+        if self.recovery:
+            return
+        self._bk.send_write_close(self.ledger_id, final, self.digest.master_key)

@@ -1,0 +1,77 @@
+"""The per-bookie connection pool: fast failure, timeouts, reconnection.
+
+Why: a write path that hangs on a dead bookie never changes ensemble, and one that never
+reconnects loses a bookie for good after a restart. These are the pool's promises.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from bookiesim.client import BookieUnavailableError, BookKeeper, ClientConfig
+from bookiesim.client.bookie_pool import BookiePool
+from bookiesim.client.testing import FaultyConnector, LocalCluster, stable_port
+from bookiesim.client.wire import from_message, read_request
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+
+async def test_unreachable_bookie_fails_fast() -> None:
+    async with trio.open_nursery() as nursery:
+        pool = BookiePool(nursery, request_timeout=5, connect_timeout=5)
+        with trio.fail_after(2):
+            with pytest.raises(BookieUnavailableError, match="cannot connect"):
+                await pool.call(f"127.0.0.1:{stable_port()}", read_request(1, 0))
+            with pytest.raises(BookieUnavailableError, match="not host:port"):
+                await pool.call("no-port", read_request(1, 0))
+        nursery.cancel_scope.cancel()
+
+
+async def test_unanswered_request_times_out(cluster: LocalCluster) -> None:
+    connector = FaultyConnector()
+    connector.add_rule(lambda b, r: "drop" if r.HasField("readRequest") else None)
+    async with BookKeeper(
+        cluster.store, bookie_connector=connector, config=ClientConfig(request_timeout=0.2)
+    ) as bk:
+        bookie = cluster.running_ids()[0]
+        started = trio.current_time()
+        with pytest.raises(BookieUnavailableError, match=f"bookie {bookie}: no answer in 0.2 s"):
+            await bk.pool.call(bookie, read_request(1, 0))
+        assert 0.2 <= trio.current_time() - started < 1.0
+        # The connection stays up for the next request.
+        connector.clear_rules()
+        response = await bk.pool.call(bookie, read_request(1, 0))
+        assert response.status == pb.ENOLEDGER
+        assert bk.pool.connects(bookie) == 1
+
+
+async def test_in_flight_requests_fail_when_the_bookie_goes(
+    cluster: LocalCluster, bk: BookKeeper
+) -> None:
+    lh = await bk.create_ledger(4, 4, 4)  # on every bookie of the cluster
+    await lh.add_entry(b"x")
+    bookie = lh.ensemble[0]
+    # A long poll keeps a request in flight on the bookie.
+    poll = pb.Request(
+        readRequest=pb.ReadRequest(
+            ledgerId=lh.ledger_id, entryId=-1, previousLAC=100, timeOut=30_000
+        )
+    )
+    errors: list[BookieUnavailableError] = []
+
+    async def wait() -> None:
+        try:
+            await bk.pool.call(bookie, from_message(poll))
+        except BookieUnavailableError as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(0.1)
+        await cluster.stop_bookie(bookie)
+    assert len(errors) == 1
+    assert str(errors[0]) == f"bookie {bookie}: connection lost"
+    await cluster.start_bookie(bookie)
+    response = await bk.pool.call(bookie, read_request(lh.ledger_id, 0))
+    assert response.status == pb.EOK
+    assert bk.pool.connects(bookie) == 2

@@ -1,0 +1,210 @@
+"""Ensemble changes: a writer that loses a bookie replaces it and loses nothing.
+
+Why: quorum writes must survive the loss of a bookie (issue 4), and the way the writer
+replaces it — new segment from LAC + 1, acks of the replaced bookie forgotten, unacknowledged
+entries resent — is exactly where invariants S2, S3, S5 and A11 can break.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from bookiesim.client import (
+    BookKeeper,
+    ClientConfig,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerHandle,
+    NotEnoughBookiesError,
+)
+from bookiesim.client.testing import LocalCluster, running_cluster
+from bookiesim.metadata.ledgers import LedgerMetadata
+from tests.client.conftest import TEST_CONFIG
+from tests.client.helpers import holders, payload, wait_until
+
+
+async def check_closed_ledger(bk: BookKeeper, lh: LedgerHandle, acked: list[int]) -> None:
+    """Every acknowledged entry is readable with its payload (S1, S2, S4), and every entry
+    of the closed ledger is on >= Qa bookies of its write set per the metadata (S3)."""
+    metadata, _ = await bk.read_metadata(lh.ledger_id)
+    assert metadata.is_closed
+    assert max(acked, default=-1) <= metadata.last_entry_id
+    reader = await bk.open_ledger(lh.ledger_id)
+    entries = await reader.read_entries(0, metadata.last_entry_id)
+    assert [e.payload for e in entries] == [
+        payload(lh.ledger_id, i) for i in range(metadata.last_entry_id + 1)
+    ]
+    for entry_id in range(metadata.last_entry_id + 1):
+        assert len(await holders(bk, lh.ledger_id, metadata, entry_id)) >= (
+            metadata.ack_quorum_size
+        ), entry_id
+
+
+def check_segments_valid(bk: BookKeeper, metadata: LedgerMetadata) -> None:
+    """S5: no proposal ever started below an existing segment of the ledger."""
+    firsts = sorted(metadata.ensembles)
+    for proposal in bk.stats.proposals:
+        assert proposal.first_entry_id >= 0
+    assert firsts == sorted(set(firsts))
+
+
+async def test_quorum_writes_survive_losing_a_bookie_mid_stream(
+    cluster: LocalCluster, bk: BookKeeper
+) -> None:
+    lh = await bk.create_ledger(3, 2, 2)
+    lid = lh.ledger_id
+    futures = [lh.append_async(payload(lid, i)) for i in range(200)]
+    victim = lh.ensemble[1]
+    await futures[50].result()
+    await cluster.stop_bookie(victim)  # adds 51.. are in flight to it, or about to be
+    futures += [lh.append_async(payload(lid, i)) for i in range(200, 400)]
+    acked = [await f.result() for f in futures]
+    assert acked == list(range(400))
+    assert victim not in lh.ensemble
+    assert bk.stats.ensemble_changes >= 1
+    metadata = lh.metadata
+    assert len(metadata.ensembles) >= 2
+    assert 51 <= sorted(metadata.ensembles)[1] <= 200
+    await lh.close()
+    await cluster.start_bookie(victim)  # S3 counts copies; the stopped bookie lost none
+    await check_closed_ledger(bk, lh, acked)
+    check_segments_valid(bk, lh.metadata)
+
+
+async def test_every_entry_readable_after_losing_a_bookie_with_striping(
+    cluster: LocalCluster,
+) -> None:
+    await cluster.start_bookie()  # 5 bookies: E=4 leaves one spare
+    async with BookKeeper(cluster.store, config=TEST_CONFIG) as bk:
+        lh = await bk.create_ledger(4, 3, 2)
+        lid = lh.ledger_id
+        for i in range(20):
+            await lh.add_entry(payload(lid, i))
+        await cluster.stop_bookie(lh.ensemble[0])
+        futures = [lh.append_async(payload(lid, i)) for i in range(20, 60)]
+        acked = [await f.result() for f in futures]
+        assert acked == list(range(20, 60))
+        # With Qa < Qw the adds need not wait for the lost bookie; its failure shows soon.
+        await wait_until(lambda: bk.stats.ensemble_changes > 0)
+        await lh.wait_for_pending()
+        assert sorted(lh.metadata.ensembles)[1] == 20
+        await lh.close()
+        await cluster.start_bookie(lh.metadata.ensembles[0][0])
+        await check_closed_ledger(bk, lh, list(range(60)))
+
+
+async def test_a_dead_bookie_still_registered_is_replaced_again(cluster: LocalCluster) -> None:
+    await cluster.start_bookie()
+    async with BookKeeper(cluster.store, config=ClientConfig(seed=3, request_timeout=3)) as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        lid = lh.ledger_id
+        spares = [b for b in cluster.running_ids() if b not in lh.ensemble]
+        # One spare is dead but its registration lingers, as after a crash.
+        await cluster.stop_bookie(spares[0], unregister=False)
+        assert spares[0] in await bk.live_bookies()
+        for i in range(10):
+            await lh.add_entry(payload(lid, i))
+        await cluster.stop_bookie(lh.ensemble[2])
+        futures = [lh.append_async(payload(lid, i)) for i in range(10, 50)]
+        assert [await f.result() for f in futures] == list(range(10, 50))
+        assert spares[1] in lh.ensemble
+        assert spares[0] not in lh.ensemble
+        await lh.close()
+        await cluster.start_bookie(lh.metadata.ensembles[0][2])
+        await check_closed_ledger(bk, lh, list(range(50)))
+
+
+async def test_no_spare_bookie_fails_the_pending_adds(cluster: LocalCluster) -> None:
+    async with (
+        running_cluster(cluster.root / "small", 3) as small,
+        BookKeeper(small.store, config=TEST_CONFIG) as bk,
+    ):
+        lh = await bk.create_ledger(3, 2, 2)
+        await lh.add_entry(b"ok")
+        await small.stop_bookie(lh.ensemble[0])
+        futures = [lh.append_async(b"x%d" % i) for i in range(10)]
+        for f in futures:
+            with pytest.raises(NotEnoughBookiesError, match=f"ledger {lh.ledger_id}"):
+                await f.result()
+        assert isinstance(lh.error, NotEnoughBookiesError)
+        with pytest.raises(NotEnoughBookiesError):
+            lh.append_async(b"more")
+        assert lh.last_add_confirmed == 0
+        await lh.close()
+        assert lh.metadata.last_entry_id == 0
+
+
+@pytest.mark.parametrize("takeover", ["recovery", "close"])
+async def test_writer_that_finds_its_ledger_taken_over_fails_its_adds(
+    cluster: LocalCluster, bk: BookKeeper, takeover: str
+) -> None:
+    lh = await bk.create_ledger(3, 2, 2)
+    for i in range(5):
+        await lh.add_entry(payload(lh.ledger_id, i))
+
+    # Someone else moves the metadata on (without fencing any bookie), then a bookie of the
+    # writer's ensemble fails: the ensemble change's CAS sees the takeover.
+    def take_over(current: LedgerMetadata) -> LedgerMetadata:
+        return current.in_recovery() if takeover == "recovery" else current.closed(4, 0)
+
+    await bk.ledger_manager.update_with_retry(lh.ledger_id, take_over)
+    await cluster.stop_bookie(lh.ensemble[0])
+    expected = LedgerFencedError if takeover == "recovery" else LedgerClosedError
+    futures = [lh.append_async(b"late%d" % i) for i in range(6)]
+    for f in futures:
+        with pytest.raises(expected, match=f"ledger {lh.ledger_id}"):
+            await f.result()
+    assert lh.last_add_confirmed == 4
+    assert bk.stats.ensemble_changes == 0
+
+
+async def test_ensemble_changes_continue_while_adds_arrive(
+    cluster: LocalCluster, bk: BookKeeper
+) -> None:
+    """Adds made while the ensemble changes are sent afterwards, in order."""
+    await cluster.start_bookie()
+    lh = await bk.create_ledger(3, 3, 2)
+    lid = lh.ledger_id
+    futures = []
+    async with trio.open_nursery() as nursery:
+
+        async def writer() -> None:
+            for i in range(300):
+                futures.append(lh.append_async(payload(lid, i)))
+                if i % 10 == 0:
+                    await trio.sleep(0.005)
+
+        nursery.start_soon(writer)
+        await trio.sleep(0.02)
+        await cluster.stop_bookie(lh.ensemble[0])
+        await trio.sleep(0.02)
+        await cluster.stop_bookie(lh.ensemble[1])
+    assert [await f.result() for f in futures] == list(range(300))
+    await lh.close()
+    for bookie in lh.metadata.ensembles[0][:2]:
+        await cluster.start_bookie(bookie)
+    await check_closed_ledger(bk, lh, list(range(300)))
+    check_segments_valid(bk, lh.metadata)
+
+
+async def test_a_bookie_that_failed_earlier_can_replace_another_once_back(
+    cluster: LocalCluster, bk: BookKeeper
+) -> None:
+    lh = await bk.create_ledger(3, 2, 2)  # four bookies: one spare
+    lid = lh.ledger_id
+    for i in range(5):
+        await lh.add_entry(payload(lid, i))
+    first = lh.ensemble[0]
+    await cluster.stop_bookie(first)
+    for i in range(5, 10):
+        await lh.add_entry(payload(lid, i))
+    assert first not in lh.ensemble
+    await cluster.start_bookie(first)  # back, and the only spare
+    await cluster.stop_bookie(lh.ensemble[1])
+    for i in range(10, 15):
+        await lh.add_entry(payload(lid, i))
+    assert first in lh.ensemble
+    await lh.close()
+    await cluster.start_bookie(lh.metadata.ensembles[5][1])
+    await check_closed_ledger(bk, lh, list(range(15)))
