@@ -152,7 +152,7 @@ class Bookie:
         """Final checkpoint and close; safe to call once the loops have stopped."""
         try:
             if self.journal.failed is None:
-                await self.journal.wait_idle()
+                await self.journal.commit_pending()
                 await self.checkpoint()
         finally:
             await self.journal.aclose()

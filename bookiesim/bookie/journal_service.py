@@ -242,8 +242,13 @@ class JournalService:
             done(error)
         self._idle.set()
 
-    async def aclose(self) -> None:
-        """Commit what is pending, then close the writer (with a final sync)."""
+    async def commit_pending(self) -> None:
+        """Commit the open group now, whether or not :meth:`run` is still running (after the
+        loop is cancelled nobody else would, and waiting for idleness would never end)."""
         if self._group is not None and self._failed is None:
             await self._commit()
+
+    async def aclose(self) -> None:
+        """Commit what is pending, then close the writer (with a final sync)."""
+        await self.commit_pending()
         self._writer.close(sync=self._failed is None)

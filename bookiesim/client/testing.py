@@ -241,15 +241,7 @@ class LocalCluster:
         service = cb.service
         if cb.bookie_scope is not None and service is not None:
             cb.bookie_scope.cancel()
-            with trio.move_on_after(0.05):
-                await cb.stopped.wait()
-            while not cb.stopped.is_set():
-                # Work-around for a bookie bug: cancelled while a journal group is open, its
-                # shielded shutdown waits in ``JournalService.wait_idle`` for a commit that
-                # the (cancelled) journal loop will never make. Commit that group for it.
-                await service.bookie.journal._commit()
-                with trio.move_on_after(0.05):
-                    await cb.stopped.wait()
+            await cb.stopped.wait()
 
 
 @asynccontextmanager
