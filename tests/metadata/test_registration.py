@@ -77,7 +77,10 @@ async def test_re_registers_after_session_expiry(backend: Backend) -> None:
             with trio.fail_after(backend.session_timeout * 5 + 5):
                 while True:
                     node = await observer.get(registration.path)
-                    if node is not None and node.ephemeral_owner == store.session_id:
+                    # The node can be visible before the registering task has returned from
+                    # its create and counted it: wait for both.
+                    ours = node is not None and node.ephemeral_owner == store.session_id
+                    if ours and registration.registrations == 2:
                         break
                     await trio.sleep(0.05)
             assert store.session_id != first_session
