@@ -9,9 +9,7 @@ skips with the reason (fails under ``CI=true``).
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,34 +17,16 @@ import pytest
 from bookiesim.client import BookKeeper, LedgerFencedError
 from bookiesim.client.testing import running_cluster
 from bookiesim.entrylog.logger import RotationReason
-from bookiesim.metadata.testing import ZooKeeperServer, find_zookeeper, running_zookeeper
+from bookiesim.metadata.testing import ZooKeeperServer
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and the ZooKeeper backend cannot be tested: {reason}")
-    pytest.skip(f"ZooKeeper backend not tested: {reason}")
-
-
-@pytest.fixture(scope="session")
-def client_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    install = find_zookeeper()
-    if isinstance(install, str):
-        _unavailable(install)
-    try:
-        with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-            yield server
-    except RuntimeError as exc:
-        _unavailable(str(exc))
 
 
 @pytest.fixture(params=["sqlite", "zk"])
 def metadata_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite://{tmp_path / 'meta.db'}"
-    server: ZooKeeperServer = request.getfixturevalue("client_zookeeper")
+    server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
     return server.uri(f"/client-{uuid.uuid4().hex[:12]}")
 
 

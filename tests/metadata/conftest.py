@@ -14,35 +14,15 @@ relies on it.
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from bookiesim.metadata import MetadataStore
-from bookiesim.metadata.testing import ZooKeeperServer, find_zookeeper, running_zookeeper
+from bookiesim.metadata.testing import ZooKeeperServer
 from tests.metadata.helpers import Backend
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and the ZooKeeper backend cannot be tested: {reason}")
-    pytest.skip(f"ZooKeeper backend not tested: {reason}")
-
-
-@pytest.fixture(scope="session")
-def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """One real ZooKeeper for the whole session, stopped at the end."""
-    install = find_zookeeper()
-    if isinstance(install, str):
-        _unavailable(install)
-    try:
-        with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-            yield server
-    except RuntimeError as exc:
-        _unavailable(str(exc))
 
 
 @pytest.fixture(params=["sqlite", "zk"])
