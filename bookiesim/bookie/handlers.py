@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import ClassVar, TypeAlias
 
 from bookiesim.bookie.bookie import Bookie
-from bookiesim.bookie.errors import BookieError
+from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.responses import encode_add_response
@@ -152,7 +152,9 @@ class RequestProcessor:
 
     def _require(self, request: pb.Request, field: str) -> None:
         if not request.HasField(field):  # type: ignore[arg-type]
-            raise _BadRequest(f"{OPERATION_NAMES.get(request.header.operation)} without {field}")
+            raise BadRequestError(
+                f"{OPERATION_NAMES.get(request.header.operation)} without {field}"
+            )
 
     # -- operations --------------------------------------------------------------------
 
@@ -189,7 +191,7 @@ class RequestProcessor:
         read = request.readRequest
         if read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK:
             # Piggyback without previousLAC is malformed (§1.7).
-            raise _BadRequest("ENTRY_PIGGYBACK without previousLAC")
+            raise BadRequestError("ENTRY_PIGGYBACK without previousLAC")
         body, lac = self.bookie.read_entry(read.ledgerId, read.entryId)
         return self._read_response(request, body, lac)
 
@@ -211,14 +213,14 @@ class RequestProcessor:
         bookie = self.bookie
         if read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER:
             if not read.HasField("masterKey"):
-                raise _Unauthorized("fencing read without a master key")
+                raise UnauthorizedError("fencing read without a master key")
             await bookie.fence(read.ledgerId, read.masterKey)
             body, lac = bookie.read_entry(read.ledgerId, read.entryId)
             return self._read_response(request, body, lac)
         # Long poll.
         piggyback = read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK
         if piggyback and read.entryId != -1:
-            raise _BadRequest("ENTRY_PIGGYBACK needs entryId -1")
+            raise BadRequestError("ENTRY_PIGGYBACK needs entryId -1")
         timeout = max(read.timeOut, 0) / 1000 if read.HasField("timeOut") else 0.0
         await bookie.wait_for_lac(read.ledgerId, read.previousLAC, timeout)
         lac = bookie.last_add_confirmed(read.ledgerId)
@@ -347,14 +349,6 @@ class RequestProcessor:
         pb.AUTH: _auth,
         pb.WRITE_CLOSE: _write_close,
     }
-
-
-class _BadRequest(BookieError):
-    status = pb.EBADREQ
-
-
-class _Unauthorized(BookieError):
-    status = pb.EUA
 
 
 def encode_availability(entry_ids: list[int]) -> bytes:
