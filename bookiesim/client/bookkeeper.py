@@ -35,15 +35,23 @@ from bookiesim.client.bookie_pool import BookieConnector, BookiePool, Outcome, t
 from bookiesim.client.digest import DigestType
 from bookiesim.client.errors import (
     BKError,
+    LedgerClosedError,
+    LedgerFencedError,
+    NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnauthorizedError,
 )
-from bookiesim.client.ledger_handle import LedgerHandle, ReadOnlyLedgerHandle
+from bookiesim.client.ledger_handle import LedgerEntry, LedgerHandle, ReadOnlyLedgerHandle
 from bookiesim.client.wire import from_message
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.factory import open_store
-from bookiesim.metadata.ledgers import DEFAULT_LEDGERS_ROOT, LedgerManager, LedgerMetadata
+from bookiesim.metadata.ledgers import (
+    DEFAULT_LEDGERS_ROOT,
+    LedgerManager,
+    LedgerMetadata,
+    LedgerState,
+)
 from bookiesim.metadata.ledgers import DigestType as MetaDigestType
 from bookiesim.metadata.registration import BookieInfo, live_bookies
 from bookiesim.metadata.store import MetadataStore
@@ -281,6 +289,57 @@ class BookKeeper:
             except BKError as exc:
                 log.info("ledger %d: LAC unknown at open: %s", ledger_id, exc)
         return handle
+
+    async def resume_ledger(self, ledger_id: int, *, password: bytes | None = None) -> LedgerHandle:
+        """A writer for an OPEN ledger whose previous writer has gone without closing it,
+        e.g. an earlier ``bookiesim ledger write`` process: new adds continue after the
+        entries the bookies hold.
+
+        The handle starts at the LAC the bookies report; entries past it that some replica
+        holds (a writer that stopped mid-add) are re-added to their whole write set first,
+        so they are kept, in order, as recovery would keep them. Upstream has no such call:
+        nothing in the metadata says whether the old writer is still alive, so resuming a
+        ledger that another process still writes to makes two writers of one ledger. When
+        unsure, use ``open_ledger(recovery=True)``, which fences the old writer out.
+        """
+        metadata, _ = await self.read_metadata(ledger_id)
+        if password is not None and password != metadata.password:
+            raise UnauthorizedError("wrong password", ledger_id=ledger_id)
+        if metadata.state is LedgerState.CLOSED:
+            raise LedgerClosedError(
+                f"closed at entry {metadata.last_entry_id}; cannot write more", ledger_id=ledger_id
+            )
+        if metadata.state is LedgerState.IN_RECOVERY:
+            raise LedgerFencedError("a recovery is in progress", ledger_id=ledger_id)
+        reader = ReadOnlyLedgerHandle(self, ledger_id, metadata, 0)
+        lac = await reader.read_last_add_confirmed()
+        tail: list[LedgerEntry] = []
+        while True:
+            try:
+                tail.append(await reader.read_entry_unconfirmed(lac + len(tail) + 1))
+            except NoSuchEntryError:
+                break
+        writer = LedgerHandle(
+            self,
+            ledger_id,
+            reader.metadata,
+            reader.version,
+            last_add_confirmed=lac,
+            length=reader.length,
+        )
+        if tail:
+            log.info(
+                "ledger %d: re-adding %d entries past LAC %d before resuming",
+                ledger_id,
+                len(tail),
+                lac,
+            )
+            for entry in tail:
+                writer._append_recovered(entry.entry_id, entry.payload, entry.length)
+            await writer.wait_for_pending()
+            if writer.error is not None:
+                raise writer.error
+        return writer
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Remove the ledger's metadata; the bookies' garbage collectors reclaim its data."""

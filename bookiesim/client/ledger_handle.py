@@ -171,6 +171,10 @@ class ReadOnlyLedgerHandle:
             raise failures[0]
         return [results[i] for i in range(first, last + 1)]
 
+    async def read_entry_unconfirmed(self, entry_id: int) -> LedgerEntry:
+        """One entry whatever the LAC says (see :meth:`read_unconfirmed_entries`)."""
+        return await self._read_from_replicas(entry_id)
+
     async def _read_from_replicas(self, entry_id: int) -> LedgerEntry:
         """Try each bookie of the entry's write set in turn until one returns a good body."""
         ensemble = self.metadata.ensemble_at(entry_id)
