@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bookiesim.sim.shell",
     "bookiesim.sim.bookie_command",
     "bookiesim.sim.cluster_command",
+    "bookiesim.sim.ledger_command",
     "bookiesim.sim.bench",
     "bookiesim.sim.demo",
 )

@@ -1,0 +1,155 @@
+"""``bookiesim ledger ...`` against a real local cluster (three bookie processes).
+
+Why these tests: the command line is how people poke at a cluster by hand; each action must
+do what it says across separate processes (a ledger created by one command is written by the
+next and read by a third), print what scripts parse (``--json``), and fail with one clear
+line and the right exit code.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bookiesim.sim.cli import main
+from bookiesim.sim.ledger_command import generated_payload
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("ledger-cli") / "cluster"
+    assert main(["cluster", "up", "--dir", str(root), "--json"]) == 0
+    try:
+        yield root
+    finally:
+        main(["cluster", "down", "--dir", str(root)])
+
+
+def run(
+    capsys: pytest.CaptureFixture[str], cluster: Path, *args: str, code: int = 0
+) -> tuple[str, str]:
+    captured = capsys.readouterr()  # drop what earlier steps printed
+    del captured
+    assert main(["ledger", *args, "--cluster", str(cluster)]) == code
+    out = capsys.readouterr()
+    return out.out, out.err
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def create(capsys: pytest.CaptureFixture[str], cluster: Path, *extra: str) -> int:
+    out, _ = run(capsys, cluster, "create", "-e", "3", "-w", "2", "-a", "2", "--json", *extra)
+    ledger_id: int = json.loads(out)["ledgerId"]
+    return ledger_id
+
+
+def test_create_write_read_close_across_processes(
+    cluster: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lid = create(capsys, cluster, "--meta", "owner=tests")
+    out, _ = run(capsys, cluster, "write", str(lid), "--count", "20", "--size", "100", "--json")
+    assert json.loads(out) == {
+        "ledgerId": lid,
+        "entries": 20,
+        "bytes": 2000,
+        "firstEntryId": 0,
+        "lastEntryId": 19,
+    }
+    # A second writer (stdin lines) goes on after the first.
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"alpha\nbeta\n")))
+    out, _ = run(capsys, cluster, "write", str(lid), "--json")
+    assert json.loads(out)["firstEntryId"] == 20
+    assert json.loads(out)["lastEntryId"] == 21
+
+    out, _ = run(capsys, cluster, "read", str(lid), "--json")
+    entries = json_lines(out)
+    assert [e["entryId"] for e in entries] == list(range(22))
+    for e in entries[:20]:
+        data = (
+            base64.b64decode(e["payload"]) if e["encoding"] == "base64" else e["payload"].encode()
+        )
+        assert data == generated_payload(lid, e["entryId"], 100)
+    assert [e["payload"] for e in entries[20:]] == ["alpha", "beta"]
+    assert entries[-1]["length"] == 2000 + 9
+
+    out, err = run(capsys, cluster, "read", str(lid), "--from", "5", "--to", "6")
+    assert "entryId" in err  # the header goes to stderr: stdout is rows only, for pipes
+    rows = out.splitlines()
+    assert [row.split()[:5] for row in rows] == [
+        ["5", "100", "ledger", str(lid), "entry"],
+        ["6", "100", "ledger", str(lid), "entry"],
+    ]
+
+    out, _ = run(capsys, cluster, "close", str(lid), "--json")
+    closed = json.loads(out)
+    assert closed["state"] == "CLOSED"
+    assert closed["lastEntryId"] == 21
+    assert closed["length"] == 2009
+    assert closed["writeClose"] == {"sent": 3, "ok": 3, "failed": 0, "skipped": 0}
+
+    out, _ = run(capsys, cluster, "metadata", str(lid), "--json")
+    meta = json.loads(out)
+    assert meta["state"] == "CLOSED"
+    assert meta["lastEntryId"] == 21
+    assert (meta["ensembleSize"], meta["writeQuorumSize"], meta["ackQuorumSize"]) == (3, 2, 2)
+    assert meta["customMetadata"] == {"owner": "tests"}
+    assert len(meta["ensembles"]["0"]) == 3
+
+    out, _ = run(capsys, cluster, "list", "--json")
+    assert lid in [doc["ledgerId"] for doc in json_lines(out)]
+
+    _, err = run(capsys, cluster, "write", str(lid), "--count", "1", code=1)
+    assert f"ledger {lid}" in err and "closed" in err
+    out, _ = run(capsys, cluster, "close", str(lid))
+    assert "already closed at entry 21" in out
+
+
+def test_recover_closes_at_the_last_written_entry(
+    cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lid = create(capsys, cluster)
+    run(capsys, cluster, "write", str(lid), "--count", "7", "--size", "10")
+    out, _ = run(capsys, cluster, "recover", str(lid), "--json")
+    doc = json.loads(out)
+    assert doc["state"] == "CLOSED"
+    assert doc["lastEntryId"] == 6
+    assert doc["length"] == 70
+
+
+def test_delete_then_everything_says_no_such_ledger(
+    cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lid = create(capsys, cluster)
+    out, _ = run(capsys, cluster, "delete", str(lid))
+    assert f"ledger {lid} deleted" in out
+    for action in ("metadata", "read", "close", "delete"):
+        _, err = run(capsys, cluster, action, str(lid), code=1)
+        assert f"ledger {lid}" in err and "no metadata" in err, action
+
+
+def test_password_is_checked(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lid = create(capsys, cluster, "--password", "s3cret")
+    _, err = run(capsys, cluster, "write", str(lid), "--count", "1", code=1)
+    assert "wrong password" in err
+    run(capsys, cluster, "write", str(lid), "--count", "1", "--password", "s3cret")
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ledger", "list"]) == 2
+    assert "--cluster DIR or --metadata URI" in capsys.readouterr().err
+    assert main(["ledger", "write", "1", "--size", "10", "--metadata", "sqlite:///x.db"]) == 2
+    assert "--size needs --count" in capsys.readouterr().err
+    assert main(["ledger", "write", "1", "--count", "0", "--metadata", "sqlite:///x.db"]) == 2
+    assert "--count must be positive" in capsys.readouterr().err
+    assert main(["ledger", "list", "--cluster", str(tmp_path)]) == 1
+    assert "cluster up" in capsys.readouterr().err
