@@ -28,6 +28,7 @@ from rich.table import Table
 from bookiesim.sim.local_cluster import (
     HOST,
     ClusterError,
+    LocalBookie,
     bookie_settings,
     spawn_bookie,
     stop_bookies,
@@ -100,9 +101,12 @@ async def wait_registered(uri: str, bookie_ids: set[str], max_wait: float) -> No
     raise ClusterError(f"not registered in {uri} after {max_wait:g} s: {missing}")
 
 
-def cluster_up(
+def start_cluster(
     root: Path, bookies: int, metadata: str | None, settings: list[str]
-) -> dict[str, Any]:
+) -> tuple[list[LocalBookie], dict[str, Any]]:
+    """Start ``bookies`` bookie processes under ``root``, wait until each serves and is
+    registered, and write ``cluster.json`` and the scrape config. The processes stay
+    children of the caller (see :func:`detach`)."""
     root.mkdir(parents=True, exist_ok=True)
     if (root / STATE_FILE).exists():
         state = read_state(root)
@@ -110,7 +114,7 @@ def cluster_up(
         if running:
             raise ClusterError(f"a cluster is already running in {root}: {', '.join(running)}")
     uri = metadata or default_metadata_uri(root)
-    started = []
+    started: list[LocalBookie] = []
     try:
         for n in range(1, bookies + 1):
             bookie_root = root / f"bookie-{n}"
@@ -124,12 +128,6 @@ def cluster_up(
     except BaseException:
         stop_bookies(started, STOP_TIMEOUT)
         raise
-    for bookie in started:
-        if bookie.proc.stdout is not None:
-            bookie.proc.stdout.close()  # the ready line was the only thing it prints there
-        # Left running on purpose: `cluster down` stops it by pid. Popen would otherwise warn
-        # that its child is still running when the object goes away.
-        bookie.proc.returncode = 0
     state = {
         "metadata": uri,
         "bookies": [
@@ -149,6 +147,23 @@ def cluster_up(
     }
     (root / SCRAPE_FILE).write_text(scrape_config([b.http_port for b in started]))
     (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    return started, state
+
+
+def detach(bookies: list[LocalBookie]) -> None:
+    """Leave the bookies running past this process: ``cluster down`` stops them by pid."""
+    for bookie in bookies:
+        if bookie.proc.stdout is not None:
+            bookie.proc.stdout.close()  # the ready line was the only thing it prints there
+        # Popen would otherwise warn that its child is still running when it goes away.
+        bookie.proc.returncode = 0
+
+
+def cluster_up(
+    root: Path, bookies: int, metadata: str | None, settings: list[str]
+) -> dict[str, Any]:
+    started, state = start_cluster(root, bookies, metadata, settings)
+    detach(started)
     return state
 
 

@@ -1,32 +1,31 @@
-"""``bookiesim demo``: three real bookies, three ledgers, BP-32 write-close, in seconds.
+"""``bookiesim demo`` (``make demo``): a local cluster, three ledgers, BP-32 write-close.
 
 What it does, step by step:
 
-1. starts three ``bookiesim bookie`` processes on 127.0.0.1 (free ports, entry log per ledger,
-   ``flushInterval=1000`` so checkpoints come every second), each under ``DIR/bookie-N``;
-2. writes ledgers 1..3, 100 entries of 1 KiB each with CRC32C digests, every entry to every
-   bookie (replication by hand: ensemble = write quorum = ack quorum = 3), then reads every
-   entry back from every bookie and checks digest, ids and payload;
-3. sends WriteClose for each ledger to every bookie, waits for a checkpoint and shows what
-   BP-32 did: each ledger's log rotated (reason ``write_close``), fsynced and closed, and
-   leastUnflushedLogId moved past them;
-4. prints the metrics and admin URLs and what to try next, then stops the bookies with
-   SIGTERM (each must exit 0) unless ``--keep-running``.
+1. starts a three-bookie cluster under DIR, exactly as ``bookiesim cluster up --dir DIR``
+   does (separate processes on 127.0.0.1, entry log per ledger, SQLite metadata store in
+   ``DIR/metadata.db``, ``flushInterval=1000`` so checkpoints come every second);
+2. with the project's BookKeeper client, creates three ledgers with E=3 Qw=2 Qa=2, writes
+   100 entries of 1 KiB to each (striped: every entry on two of the three bookies, pipelined,
+   acknowledged by two), then reads every entry back and checks it;
+3. closes the ledgers: CLOSED in the metadata, then WriteClose to every bookie of each
+   ensemble; after the next checkpoint each bookie has rotated those ledgers' logs (reason
+   ``write_close``), fsynced and closed them, and leastUnflushedLogId moved past them —
+   all read from the bookies' own ``/metrics`` and admin API;
+4. prints the metrics URLs, the Prometheus scrape config and what to try next, then stops
+   the cluster (SIGTERM; each bookie must exit 0) unless ``--keep-running``, which leaves
+   it up for ``bookiesim ledger ... --cluster DIR`` and ``bookiesim cluster down``.
 
-The data directory is kept so the files can be inspected with ``bookiesim shell``. Ledger
-metadata, quorums smaller than the ensemble (striping) and recovery come with the local
-cluster, a later issue.
-
-Every wait has a timeout; a bookie that fails to start, a refused connection, a bad response
-or a digest mismatch ends the demo with one clear message and exit code 1, and the bookies
-started so far are stopped.
+The data directory is kept so the files can be inspected with ``bookiesim shell``. Every wait
+has a timeout; a bookie that fails to start, an error from the client or a payload that does
+not read back ends the demo with one clear message and exit code 1, and the bookies started
+so far are stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import sys
 import tempfile
@@ -34,8 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,34 +44,30 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bookiesim.client.bookie_connection import ConnectionClosedError, connect
-from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
-from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
+from bookiesim.client.distribution import RoundRobinDistribution
+from bookiesim.sim.cluster_command import detach, start_cluster
+from bookiesim.sim.ledger_command import generated_payload
 from bookiesim.sim.local_cluster import (
     HOST,
     ClusterError,
     LocalBookie,
-    bookie_settings,
     exit_description,
-    spawn_bookie,
     stop_bookies,
-    wait_ready,
 )
-from bookiesim.testing import BookieTestClient
 
 __all__ = ["register", "run_demo"]
 
 BOOKIES = 3
-LEDGERS = (1, 2, 3)
+LEDGERS = 3
+ENSEMBLE, WRITE_QUORUM, ACK_QUORUM = 3, 2, 2
 ENTRIES = 100
 ENTRY_SIZE = 1024
 FLUSH_INTERVAL_MS = 1000
 PASSWORD = b"bookiesim-demo"
 
-START_TIMEOUT = 30.0
-"""Seconds for all bookies to print their ready line."""
 TRAFFIC_TIMEOUT = 60.0
-"""Seconds for all adds (or all reads, or all write-closes)."""
+"""Seconds for all adds (or all reads, or all closes)."""
 CHECKPOINT_TIMEOUT = 15.0
 """Seconds to wait for the checkpoint after the write-closes (flushInterval is 1 s)."""
 STOP_TIMEOUT = 15.0
@@ -83,133 +77,86 @@ HTTP_TIMEOUT = 5.0
 _T = TypeVar("_T")
 
 
-# -- v3 traffic ------------------------------------------------------------------------------
+# -- traffic, through the client -------------------------------------------------------------
 
 
-def payload(ledger_id: int, entry_id: int, size: int = ENTRY_SIZE) -> bytes:
-    """A deterministic payload: a readable prefix, then pseudo-random bytes."""
-    prefix = f"bookiesim demo ledger {ledger_id} entry {entry_id} ".encode()
-    filler = random.Random(ledger_id * 1_000_003 + entry_id).randbytes(max(0, size - len(prefix)))
-    return (prefix + filler)[:size]
+@dataclass
+class LedgerReport:
+    ledger_id: int
+    ensemble: tuple[str, ...]
+    acked: int
+    verified: int = 0
 
 
-@asynccontextmanager
-async def _clients(bookies: Sequence[LocalBookie]) -> AsyncIterator[list[BookieTestClient]]:
-    async with AsyncExitStack() as stack:
-        clients = []
-        for bookie in bookies:
-            try:
-                conn = await stack.enter_async_context(connect(HOST, bookie.bookie_port))
-            except OSError as exc:
-                raise ClusterError(
-                    f"{bookie.name}: cannot connect to {HOST}:{bookie.bookie_port}: {exc} "
-                    f"({bookie.describe()})"
-                ) from exc
-            clients.append(BookieTestClient(conn, PASSWORD, DigestType.CRC32C))
-        yield clients
+async def write_ledgers(bk: BookKeeper) -> list[LedgerReport]:
+    """Create the ledgers and write them all at once, every add pipelined; then send each
+    LAC explicitly so a reader in another client sees the last entry too."""
+    handles: list[LedgerHandle] = [
+        await bk.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, password=PASSWORD)
+        for _ in range(LEDGERS)
+    ]
+    adds = {
+        lh.ledger_id: [
+            lh.append_async(generated_payload(lh.ledger_id, i, ENTRY_SIZE)) for i in range(ENTRIES)
+        ]
+        for lh in handles
+    }
+    reports = []
+    for lh in handles:
+        ids = [await f.result() for f in adds[lh.ledger_id]]
+        if ids != list(range(ENTRIES)):
+            raise ClusterError(f"ledger {lh.ledger_id}: acknowledged ids {ids[:5]}…, not 0..")
+        await lh.write_lac()
+        reports.append(LedgerReport(lh.ledger_id, lh.ensemble, len(ids)))
+    return reports
 
 
-def _check_status(where: str, response: pb.Response, inner: pb.StatusCode.ValueType) -> None:
-    for status in (response.status, inner):
-        if status != pb.EOK:
-            raise ClusterError(f"{where}: bookie answered {pb.StatusCode.Name(status)}")
-
-
-async def _call(bookie: LocalBookie, where: str, call: Awaitable[_T]) -> _T:
-    try:
-        return await call
-    except (OSError, ConnectionClosedError) as exc:
-        raise ClusterError(f"{where}: {exc} ({bookie.describe()})") from exc
-
-
-async def write_ledgers(bookies: Sequence[LocalBookie], entries: int) -> Counter[int]:
-    """Every entry of every ledger to every bookie; an entry is confirmed (and the LAC moves)
-    when all bookies acknowledged it, as a client with ack quorum = ensemble does. Returns
-    the acknowledged adds per ledger."""
-    acked: Counter[int] = Counter()
-    async with _clients(bookies) as clients:
-
-        async def write_ledger(ledger_id: int) -> None:
-            digest = DigestManager(ledger_id, PASSWORD, DigestType.CRC32C)
-            lac, length = -1, 0
-            for entry_id in range(entries):
-                data = payload(ledger_id, entry_id)
-                length += len(data)
-                body = digest.package(entry_id, lac, length, data)
-                async with trio.open_nursery() as nursery:
-                    for bookie, client in zip(bookies, clients, strict=True):
-                        nursery.start_soon(add, bookie, client, ledger_id, entry_id, body)
-                lac = entry_id
-
-        async def add(
-            bookie: LocalBookie,
-            client: BookieTestClient,
-            ledger_id: int,
-            entry_id: int,
-            body: bytes,
-        ) -> None:
-            where = f"{bookie.name}: add ledger {ledger_id} entry {entry_id}"
-            request = client.request(
-                pb.ADD_ENTRY,
-                addRequest=pb.AddRequest(
-                    ledgerId=ledger_id, entryId=entry_id, masterKey=client.key, body=body
-                ),
+async def read_ledgers(bk: BookKeeper, reports: list[LedgerReport]) -> None:
+    """Read every entry back (from any replica, digest checked) and compare the payload."""
+    for report in reports:
+        handle = await bk.open_ledger(report.ledger_id, password=PASSWORD)
+        if handle.last_add_confirmed != ENTRIES - 1:
+            raise ClusterError(
+                f"ledger {report.ledger_id}: the bookies' LAC is {handle.last_add_confirmed}, "
+                f"expected {ENTRIES - 1}"
             )
-            response = await _call(bookie, where, client.conn.call(request))
-            _check_status(where, response, response.addResponse.status)
-            acked[ledger_id] += 1
-
-        async with trio.open_nursery() as nursery:
-            for ledger_id in LEDGERS:
-                nursery.start_soon(write_ledger, ledger_id)
-    return acked
+        for entry in await handle.read_entries(0, ENTRIES - 1):
+            if entry.payload != generated_payload(report.ledger_id, entry.entry_id, ENTRY_SIZE):
+                raise ClusterError(
+                    f"ledger {report.ledger_id} entry {entry.entry_id}: payload differs"
+                )
+            report.verified += 1
 
 
-async def read_ledgers(bookies: Sequence[LocalBookie], entries: int) -> Counter[int]:
-    """Read every entry from every bookie and verify it; returns the verified reads per
-    ledger."""
-    verified: Counter[int] = Counter()
-    async with _clients(bookies) as clients:
-
-        async def read_ledger(
-            bookie: LocalBookie, client: BookieTestClient, ledger_id: int
-        ) -> None:
-            digest = client.digest(ledger_id)
-            for entry_id in range(entries):
-                where = f"{bookie.name}: read ledger {ledger_id} entry {entry_id}"
-                response = await _call(bookie, where, client.read(ledger_id, entry_id))
-                _check_status(where, response, response.readResponse.status)
-                try:
-                    entry = digest.verify(response.readResponse.body, entry_id)
-                except DigestMismatchError as exc:
-                    raise ClusterError(f"{where}: {exc}") from exc
-                if entry.payload != payload(ledger_id, entry_id):
-                    raise ClusterError(f"{where}: payload differs from what was written")
-                verified[ledger_id] += 1
-
-        async with trio.open_nursery() as nursery:
-            for bookie, client in zip(bookies, clients, strict=True):
-                for ledger_id in LEDGERS:
-                    nursery.start_soon(read_ledger, bookie, client, ledger_id)
-    return verified
+async def close_ledgers(bk: BookKeeper, reports: list[LedgerReport]) -> ClientStats:
+    """Close each ledger as ``bookiesim ledger close`` does (this client did not write them:
+    it takes the writer's place, then closes); returns the WriteClose counts."""
+    for report in reports:
+        writer = await bk.resume_ledger(report.ledger_id, password=PASSWORD)
+        await writer.close()
+    await bk.wait_write_closes()
+    return bk.stats
 
 
-async def write_close_ledgers(bookies: Sequence[LocalBookie]) -> None:
-    async with _clients(bookies) as clients:
-        for bookie, client in zip(bookies, clients, strict=True):
-            for ledger_id in LEDGERS:
-                where = f"{bookie.name}: write-close ledger {ledger_id}"
-                response = await _call(bookie, where, client.write_close(ledger_id))
-                _check_status(where, response, response.writeCloseResponse.status)
+def replicas_per_bookie(report: LedgerReport) -> Counter[str]:
+    """How many of the ledger's entries each bookie holds (its write sets, E=3 Qw=2)."""
+    dist = RoundRobinDistribution(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM)
+    counts: Counter[str] = Counter()
+    for entry_id in range(ENTRIES):
+        for position in dist.write_set(entry_id):
+            counts[report.ensemble[position]] += 1
+    return counts
 
 
-def run_traffic(what: str, fn: Callable[[], Awaitable[_T]]) -> _T:
-    """``trio.run(fn)`` under a timeout; failures become one :class:`ClusterError`."""
+def run_traffic(uri: str, what: str, fn: Callable[[BookKeeper], Awaitable[_T]]) -> _T:
+    """``fn(client)`` in its own trio run under a timeout; failures become one
+    :class:`ClusterError` that says what was being done."""
 
     async def timed() -> _T:
         try:
             with trio.fail_after(TRAFFIC_TIMEOUT):
-                return await fn()
+                async with BookKeeper.open(uri) as bk:
+                    return await fn(bk)
         except trio.TooSlowError:
             raise ClusterError(
                 f"{what} did not finish within {TRAFFIC_TIMEOUT:.0f} s: a bookie is stuck or "
@@ -228,7 +175,7 @@ def run_traffic(what: str, fn: Callable[[], Awaitable[_T]]) -> _T:
         if isinstance(first, ClusterError):
             raise first from group
         raise ClusterError(f"{what}: {type(first).__name__}: {first}") from group
-    except (OSError, ConnectionClosedError) as exc:
+    except (BKError, OSError) as exc:
         raise ClusterError(f"{what}: {exc}") from exc
 
 
@@ -356,7 +303,7 @@ def snapshot(bookie: LocalBookie) -> Snapshot:
     return Snapshot(bookie_info(bookie), bookie_metrics(bookie))
 
 
-# -- the demo --------------------------------------------------------------------------------
+# -- the demo ------------------------------------------------------------------------------
 
 
 def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int:
@@ -372,8 +319,7 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
             raise ClusterError(
                 f"{root / f'bookie-{n}'} already exists: give --dir an empty or new directory"
             )
-    root.mkdir(parents=True, exist_ok=True)
-    console.print(f"[bold]bookiesim demo[/]: data under [cyan]{escape(str(root))}[/] (kept)")
+    console.print(f"[bold]bookiesim demo[/]: cluster in [cyan]{escape(str(root))}[/] (kept)")
 
     bookies: list[LocalBookie] = []
     stopped = succeeded = False
@@ -381,14 +327,14 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
         # 1. start
         with console.status(f"Starting {BOOKIES} bookies…"):
             started = time.monotonic()
-            for n in range(1, BOOKIES + 1):
-                bookie_root = root / f"bookie-{n}"
-                settings = bookie_settings(bookie_root, flush_interval_ms=FLUSH_INTERVAL_MS)
-                bookies.append(spawn_bookie(f"bookie-{n}", bookie_root, settings))
-            wait_ready(bookies, START_TIMEOUT)
+            bookies, state = start_cluster(
+                root, BOOKIES, None, [f"flushInterval={FLUSH_INTERVAL_MS}"]
+            )
             elapsed = time.monotonic() - started
-        table = Table(title=f"1. {BOOKIES} bookies started in {elapsed:.1f} s")
-        for column in ("bookie", "pid", "v3 address", "admin/metrics", "mode"):
+        uri = state["metadata"]
+        names = {f"{HOST}:{b.bookie_port}": b.name for b in bookies}
+        table = Table(title=f"1. {BOOKIES} bookies started and registered in {elapsed:.1f} s")
+        for column in ("bookie", "pid", "bookie id", "admin/metrics port", "mode"):
             table.add_column(column)
         for bookie in bookies:
             info = bookie_info(bookie)
@@ -396,64 +342,56 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
                 bookie.name,
                 str(bookie.proc.pid),
                 f"{HOST}:{bookie.bookie_port}",
-                f"{HOST}:{bookie.http_port}",
+                str(bookie.http_port),
                 str(info.get("mode")),
             )
         table.caption = (
-            f"entry log per ledger, flushInterval={FLUSH_INTERVAL_MS} ms; "
+            f"metadata {uri}; flushInterval={FLUSH_INTERVAL_MS} ms; "
             "stderr in DIR/bookie-N/bookie.log"
         )
         console.print(table)
 
         # 2. write, read back, verify
-        with console.status("Writing ledgers 1..3 to every bookie…"):
+        with console.status(f"Writing {LEDGERS} ledgers…"):
             started = time.monotonic()
-            acked = run_traffic("writing", lambda: write_ledgers(bookies, ENTRIES))
+            reports = run_traffic(uri, "writing", write_ledgers)
             write_seconds = time.monotonic() - started
         after_writes = {b.name: snapshot(b) for b in bookies}
-        with console.status("Reading every entry back from every bookie…"):
+        with console.status("Reading every entry back…"):
             started = time.monotonic()
-            verified = run_traffic("reading back", lambda: read_ledgers(bookies, ENTRIES))
+            run_traffic(uri, "reading back", lambda bk: read_ledgers(bk, reports))
             read_seconds = time.monotonic() - started
-        for ledger_id in LEDGERS:
-            if acked[ledger_id] != BOOKIES * ENTRIES or verified[ledger_id] != BOOKIES * ENTRIES:
-                raise ClusterError(
-                    f"ledger {ledger_id}: {acked[ledger_id]} adds acknowledged and "
-                    f"{verified[ledger_id]} reads verified, expected {BOOKIES * ENTRIES} each"
-                )
         table = Table(
-            title=f"2. {len(LEDGERS)} ledgers x {ENTRIES} entries x {ENTRY_SIZE} B, "
-            f"CRC32C, to all {BOOKIES} bookies"
+            title=f"2. {LEDGERS} ledgers, E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}, "
+            f"{ENTRIES} entries x {ENTRY_SIZE} B, CRC32C"
         )
-        table.add_column("ledger")
-        table.add_column("ensemble")
+        table.add_column("ledger", justify="right")
         table.add_column("adds acked", justify="right")
-        table.add_column("reads verified", justify="right")
-        table.add_column("payload/bookie", justify="right")
-        for ledger_id in LEDGERS:
-            table.add_row(
-                str(ledger_id),
-                ", ".join(b.name.removeprefix("bookie-") for b in bookies),
-                str(acked[ledger_id]),
-                str(verified[ledger_id]),
-                f"{ENTRIES * ENTRY_SIZE:,} B",
-            )
+        table.add_column("read back", justify="right")
+        table.add_column("entries stored per bookie")
+        for report in reports:
+            counts = replicas_per_bookie(report)
+            stored = ", ".join(f"{names[b]}={counts[b]}" for b in report.ensemble)
+            table.add_row(str(report.ledger_id), str(report.acked), str(report.verified), stored)
         table.caption = (
-            f"writes {write_seconds:.1f} s, reads {read_seconds:.1f} s. Replication by hand: "
-            "ensemble = write quorum = ack quorum = 3. Quorums and striping come with the "
-            "cluster (a later issue)."
+            f"writes {write_seconds:.1f} s, reads {read_seconds:.1f} s. Striped: each entry "
+            f"on {WRITE_QUORUM} of the {ENSEMBLE} bookies, acknowledged once {ACK_QUORUM} "
+            "have it in their journal; reads from any replica, digest checked."
         )
         console.print(table)
 
-        # 3. write-close, checkpoint
+        # 3. close (metadata, then WriteClose), checkpoint
         before = {b.name: checkpoints(b) for b in bookies}
-        with console.status("WriteClose (BP-32) for every ledger on every bookie…"):
-            run_traffic("write-close", lambda: write_close_ledgers(bookies))
+        with console.status("Closing the ledgers (metadata CLOSED, then WriteClose)…"):
+            stats = run_traffic(uri, "closing", lambda bk: close_ledgers(bk, reports))
             after_close = {b.name: snapshot(b) for b in bookies}
         with console.status("Waiting for a checkpoint…"):
             wait_for_checkpoint(bookies, before)
         after_checkpoint = {b.name: snapshot(b) for b in bookies}
-        table = Table(title="3. WriteClose (BP-32) for every ledger, then one checkpoint")
+        table = Table(
+            title=f"3. Ledgers closed: WriteClose (BP-32) sent {stats.write_close_sent}, "
+            f"acknowledged {stats.write_close_ok}; then one checkpoint"
+        )
         table.add_column("bookie")
         table.add_column("active\nlogs", justify="right")
         table.add_column("rotated\nlogs", justify="right")
@@ -469,10 +407,11 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
             )
             rotations: dict[str, int] = done.info.get("rotations", {})
             requests = metric_by_label(done.metrics, "bookie_write_close_requests_total", "outcome")
-            if rotations.get("write_close") != len(LEDGERS):
+            expected = sum(1 for r in reports if f"{HOST}:{bookie.bookie_port}" in r.ensemble)
+            if rotations.get("write_close") != expected:
                 failures.append(
                     f"{bookie.name}: {rotations.get('write_close', 0)} "
-                    f"write_close rotations, expected {len(LEDGERS)}"
+                    f"write_close rotations, expected {expected}"
                 )
             table.add_row(
                 bookie.name,
@@ -483,7 +422,7 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
                 _reasons(requests),
             )
         table.caption = (
-            "x → y: after the writes (rotated: just after WriteClose) → after the checkpoint. "
+            "x → y: after the writes (rotated: just after the close) → after the checkpoint. "
             "WriteClose rotated each ledger's log; the checkpoint fsynced and closed them, so "
             "leastUnflushedLogId moved past them: the GC may now consider them. Numbers from "
             "/api/v1/bookie/info and bookie_write_close_requests_total in /metrics."
@@ -498,23 +437,27 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
         console.print(f"[bold]Metrics[/] (Prometheus){live}")
         for bookie in bookies:
             console.print(f"  {bookie.name}  {bookie.metrics_url}", soft_wrap=True)
+        console.print(f"  scrape config for Prometheus: {escape(state['scrapeConfig'])}")
         console.print("[bold]Admin API[/] (and /api/v1/bookie/state)")
         for bookie in bookies:
             console.print(f"  {bookie.name}  {bookie.info_url}", soft_wrap=True)
 
         if keep_running:
-            print_next_steps(console, bookies, keep_running=True)
-            pids = " ".join(str(b.proc.pid) for b in bookies)
+            detach(bookies)
+            print_next_steps(console, root, bookies, reports, keep_running=True)
             console.print()
-            console.print(f"[bold]The bookies keep running[/]: pids {pids}", soft_wrap=True)
-            console.print(f"  stop them with: kill {pids}", soft_wrap=True)
+            console.print(
+                f"[bold]The cluster keeps running[/]; stop it with: "
+                f"{escape(bookiesim_command())} cluster down --dir {escape(str(root))}",
+                soft_wrap=True,
+            )
             succeeded = True
             return 0
         with console.status("Stopping the bookies (SIGTERM)…"):
             stop_bookies(bookies, STOP_TIMEOUT)
         stopped = True
         code = report_stops(console, bookies)
-        print_next_steps(console, bookies, keep_running=False)
+        print_next_steps(console, root, bookies, reports, keep_running=False)
         console.print(f"\nThe data stays in [cyan]{escape(str(root))}[/].", soft_wrap=True)
         return code
     finally:
@@ -525,29 +468,41 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
 
 
 def print_next_steps(
-    console: Console, bookies: Sequence[LocalBookie], *, keep_running: bool
+    console: Console,
+    root: Path,
+    bookies: Sequence[LocalBookie],
+    reports: Sequence[LedgerReport],
+    *,
+    keep_running: bool,
 ) -> None:
     cmd = bookiesim_command()
     first = bookies[0]
     current = first.ledgers_dir / "current"
     logs = sorted(current.glob("*.log"), key=_log_sort_key)
-    idx = sorted(current.glob("*/*/*.idx"))
     journals = sorted((first.journal_dir / "current").glob("*.txn"))
     lines: list[tuple[str, str]] = []
+    if keep_running:
+        ledger = reports[0].ledger_id
+        lines += [
+            (f"{cmd} cluster status --dir {root}", "bookies, logs, leastUnflushedLogId"),
+            (f"{cmd} ledger list --cluster {root}", "the ledgers in the metadata store"),
+            (
+                f"{cmd} ledger read {ledger} --cluster {root} --password {PASSWORD.decode()} "
+                "--to 3",
+                "entries from any replica",
+            ),
+            (f"curl -s {first.info_url}", "logs, rotations, leastUnflushedLogId"),
+        ]
     if (log := _first(logs)) is not None:
         lines.append((f"{cmd} shell readlog {log}", "one ledger's entry log (a log per ledger)"))
         lines.append(
             (f"{cmd} shell readlog {log} --ledgers-map", "its ledgers map, appended at rotation")
         )
-    if (index := _first(idx)) is not None:
-        lines.append((f"{cmd} shell readindex {index}", "entryId → location"))
     if (journal := _first(journals)) is not None:
         lines.append((f"{cmd} shell readjournal {journal}", "the journal's records"))
     lines.append((f"{cmd} shell lastmark {first.ledgers_dir}", "where replay would start"))
-    if keep_running:
-        lines.append((f"curl -s {first.info_url}", "logs, rotations, leastUnflushedLogId"))
-    else:
-        lines.append((f"{cmd} demo --keep-running", "leaves the bookies up for curl"))
+    if not keep_running:
+        lines.append((f"{cmd} demo --keep-running", "leaves the cluster up to explore"))
     if Path("docs/bookie.md").is_file():
         lines.append(("less docs/bookie.md", "what the bookie does, and how to run one"))
     console.print()

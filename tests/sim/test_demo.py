@@ -8,13 +8,14 @@ exit 1 rather than hang.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 
 import pytest
 
-from bookiesim.sim import demo, local_cluster
+from bookiesim.sim import cluster_command, local_cluster
 from bookiesim.sim.cli import main
 
 
@@ -80,9 +81,9 @@ def test_demo_bookie_that_cannot_start_is_reported(
 ) -> None:
     settings = local_cluster.bookie_settings
     monkeypatch.setattr(
-        demo,
+        cluster_command,
         "bookie_settings",
-        lambda root, **kw: [*settings(root, **kw), "noSuchKey=1"],
+        lambda root, *extra: [*settings(root, *extra), "noSuchKey=1"],
     )
 
     code = main(["demo", "--dir", str(tmp_path)])
@@ -92,6 +93,28 @@ def test_demo_bookie_that_cannot_start_is_reported(
     assert "before it was ready" in out
     assert "unknown key 'noSuchKey'" in out  # the bookie's own message, from its log
     assert _processes_mentioning(str(tmp_path)) == []
+
+
+def test_demo_keep_running_leaves_a_cluster_the_ledger_command_can_use(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    root = tmp_path / "kept"
+    code = main(["demo", "--dir", str(root), "--keep-running"])
+    out = capsys.readouterr().out
+    try:
+        assert code == 0, out
+        assert f"cluster down --dir {root}" in out
+        assert main(["ledger", "list", "--cluster", str(root), "--json"]) == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [doc["state"] for doc in listed] == ["CLOSED"] * 3
+        assert all(doc["lastEntryId"] == 99 for doc in listed)
+        first = str(listed[0]["ledgerId"])
+        args = ["ledger", "read", first, "--cluster", str(root), "--json", "--from", "99"]
+        assert main([*args, "--password", "bookiesim-demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["entryId"] == 99
+    finally:
+        assert main(["cluster", "down", "--dir", str(root)]) == 0
+    assert _processes_mentioning(str(root)) == []
 
 
 def test_demo_refuses_a_used_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
