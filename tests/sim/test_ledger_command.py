@@ -109,7 +109,8 @@ def test_create_write_read_close_across_processes(
     assert lid in [doc["ledgerId"] for doc in json_lines(out)]
 
     _, err = run(capsys, cluster, "write", str(lid), "--count", "1", code=1)
-    assert f"ledger {lid}" in err and "closed" in err
+    assert f"ledger {lid}" in err
+    assert "closed" in err
     out, _ = run(capsys, cluster, "close", str(lid))
     assert "already closed at entry 21" in out
 
@@ -134,7 +135,7 @@ def test_delete_then_everything_says_no_such_ledger(
     assert f"ledger {lid} deleted" in out
     for action in ("metadata", "read", "close", "delete"):
         _, err = run(capsys, cluster, action, str(lid), code=1)
-        assert f"ledger {lid}" in err and "no metadata" in err, action
+        assert f"ledger {lid}: no metadata" in err, action
 
 
 def test_password_is_checked(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
