@@ -82,3 +82,29 @@ def test_bench_storage_json_has_every_figure_and_ratio(
     assert appends["constant"] == 300_000
 
     assert list(tmp_path.iterdir()) == []  # the work directory is removed
+
+
+@pytest.mark.slow
+def test_bench_cluster_reports_both_clusters_and_recovery(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from bookiesim.sim.benchmarks.cluster import RATIOS as CLUSTER_RATIOS
+
+    args = ["--entries", "300", "--recovery-entries", "200", "--repeats", "2"]
+    code = main(["bench", "cluster", *args, "--dir", str(tmp_path), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["benchmark"] == "cluster"
+    assert report["command"] == "bookiesim bench cluster " + " ".join(args) + " --json"
+    figures = report["figures"]
+    assert {"oneBookieAdds", "threeBookiesAdds", "threeBookiesP99", "recoverySeconds"} <= set(
+        figures
+    )
+    for figure in figures.values():
+        assert len(figure["runs"]) == 2
+        assert figure["min"] > 0
+    thresholds = {r["key"]: r["threshold"] for r in report["ratios"]}
+    assert thresholds == {r.key: r.threshold for r in CLUSTER_RATIOS}
+    assert thresholds["threeVsOneBookie"] == 0.5
+    assert list(tmp_path.iterdir()) == []  # the bookies' files are gone
