@@ -153,15 +153,21 @@ class _Scan:
         accept: Callable[[int], bool] | None = None,
         read_bodies: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        start: int = HEADER_SIZE,
+        stop: int | None = None,
     ) -> None:
         if chunk_size < _NEED + 8:
             raise ValueError(f"chunk size {chunk_size} is too small")
+        if start < HEADER_SIZE or (stop is not None and stop < start):
+            raise ValueError(f"bad scan range {start}..{stop} (records start at {HEADER_SIZE})")
         self.header: LogHeader = read_header(source)
         self._source = source
         self._accept = accept
         self._read_bodies = read_bodies
         self._chunk_size = chunk_size
-        self.summary = ScanSummary(file_size=source.size())
+        self._start = start
+        self._stop = stop
+        self.summary = ScanSummary(file_size=source.size(), end_offset=start)
 
     def _batches(self) -> Iterator[list[RawRecord]]:
         """The walk: non-empty lists of entries, handed over when ``_BATCH_BYTES`` of records
@@ -182,12 +188,15 @@ class _Scan:
         batch: list[RawRecord] = []
         append = batch.append
         failure: Exception | None = None
-        pos = HEADER_SIZE
+        pos = self._start
+        # A range scan reports the records that *start* before ``stop``; the last one may
+        # end after it.
+        stop = size if self._stop is None else min(size, self._stop)
         chunk = b""
         cstart = pos  # chunk holds the file's bytes [cstart, cstart + len(chunk))
         clen = 0
         while True:
-            if pos >= size:
+            if pos >= stop:
                 summary.end_offset = pos
                 break
             rel = pos - cstart
@@ -197,6 +206,8 @@ class _Scan:
             # it passes belongs to an entry or a skipped record, so the summary is updated
             # once per run, not per record.
             full = clen - _HEAD
+            if stop - cstart < full:
+                full = stop - cstart  # a record crossing ``stop`` goes the slow way
             limit = rel + batch_bytes if rel + batch_bytes < full else full
             if rel <= limit:
                 first_rel = rel
@@ -243,7 +254,7 @@ class _Scan:
                     pos = cstart + rel
                 if failure is not None:
                     break
-                if pos >= size:
+                if pos >= stop:
                     continue
                 if limit != full and batch:  # a batch's worth
                     yield batch
@@ -358,8 +369,17 @@ class EntryLogScan(_Scan):
         accept: Callable[[int], bool] | None = None,
         read_bodies: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        start: int = HEADER_SIZE,
+        stop: int | None = None,
     ) -> None:
-        super().__init__(source, accept=accept, read_bodies=read_bodies, chunk_size=chunk_size)
+        super().__init__(
+            source,
+            accept=accept,
+            read_bodies=read_bodies,
+            chunk_size=chunk_size,
+            start=start,
+            stop=stop,
+        )
         self._records: Iterator[ScannedRecord] = chain.from_iterable(
             map(_as_records, self._batches())
         )
@@ -389,8 +409,17 @@ class EntryLogBatchScan(_Scan):
         accept: Callable[[int], bool] | None = None,
         read_bodies: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        start: int = HEADER_SIZE,
+        stop: int | None = None,
     ) -> None:
-        super().__init__(source, accept=accept, read_bodies=read_bodies, chunk_size=chunk_size)
+        super().__init__(
+            source,
+            accept=accept,
+            read_bodies=read_bodies,
+            chunk_size=chunk_size,
+            start=start,
+            stop=stop,
+        )
         self._batch_iter = self._batches()
 
     def __iter__(self) -> Iterator[list[RawRecord]]:
@@ -406,9 +435,24 @@ def scan_entry_log(
     accept: Callable[[int], bool] | None = None,
     read_bodies: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    start: int = HEADER_SIZE,
+    stop: int | None = None,
 ) -> EntryLogScan:
-    """Scan ``source`` (see :class:`EntryLogScan`); ``accept`` filters by ledger id."""
-    return EntryLogScan(source, accept=accept, read_bodies=read_bodies, chunk_size=chunk_size)
+    """Scan ``source`` (see :class:`EntryLogScan`); ``accept`` filters by ledger id.
+
+    ``start`` and ``stop`` limit the scan to the records that start in ``[start, stop)``;
+    ``start`` must be a position the whole scan visits (a record's offset, as a scan with
+    ``read_bodies=False`` finds them), so that scans of adjacent ranges together see
+    exactly what one scan of the file sees.
+    """
+    return EntryLogScan(
+        source,
+        accept=accept,
+        read_bodies=read_bodies,
+        chunk_size=chunk_size,
+        start=start,
+        stop=stop,
+    )
 
 
 def scan_entry_log_batches(
@@ -417,8 +461,11 @@ def scan_entry_log_batches(
     accept: Callable[[int], bool] | None = None,
     read_bodies: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    start: int = HEADER_SIZE,
+    stop: int | None = None,
 ) -> EntryLogBatchScan:
     """Scan ``source`` a batch at a time (see :class:`EntryLogBatchScan`); cheaper per entry.
+    ``start`` and ``stop`` as for :func:`scan_entry_log`.
 
     ::
 
@@ -426,4 +473,11 @@ def scan_entry_log_batches(
             for offset, ledger_id, entry_id, size, body in batch:
                 ...
     """
-    return EntryLogBatchScan(source, accept=accept, read_bodies=read_bodies, chunk_size=chunk_size)
+    return EntryLogBatchScan(
+        source,
+        accept=accept,
+        read_bodies=read_bodies,
+        chunk_size=chunk_size,
+        start=start,
+        stop=stop,
+    )

@@ -7,6 +7,7 @@ reports about the bytes it went through, for any chunk size.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -268,3 +269,47 @@ def test_only_ledger_id_minus_one_marks_a_map_record(tmp_path: Path) -> None:
     write_file(path, LogHeader().encode() + record(odd))
     records, _ = scan_file(path)
     assert [r.ledger_id for r in records] == [-7]
+
+
+@given(
+    parts=st.lists(segments, max_size=12),
+    cut=st.none() | st.integers(0, 20_000),
+    chunk=st.integers(28, 5000),
+    picks=st.lists(st.integers(0, 10**6), max_size=4),
+)
+def test_range_scans_from_record_offsets_add_up_to_the_whole_scan(
+    parts: list[bytes], cut: int | None, chunk: int, picks: list[int]
+) -> None:
+    # How the Spark data source splits a big log: boundaries at record offsets found by a
+    # scan without bodies; each split scans [boundary, next boundary).
+    data = LogHeader().encode() + b"".join(parts)
+    if cut is not None:
+        data = data[: 1024 + cut]
+    with scratch_dir() as d:
+        path = d / "0.log"
+        write_file(path, data)
+        whole, whole_scan = scan_file(path, chunk_size=chunk)
+        offsets = [r.offset for r in whole]
+        cuts = sorted({offsets[p % len(offsets)] for p in picks} if offsets else set())
+        bounds = [1024, *[c for c in cuts if c > 1024], None]
+        pieces: list[ScannedRecord] = []
+        with EntryLogReader(path, 0) as r:
+            for start, stop in itertools.pairwise(bounds):
+                assert start is not None
+                scan = scan_entry_log(r, chunk_size=chunk, start=start, stop=stop)
+                pieces += list(scan)
+                if stop is not None:
+                    assert scan.summary.end_offset == stop
+                    assert not scan.summary.torn
+                else:
+                    assert scan.summary.torn_offset == whole_scan.summary.torn_offset
+    assert pieces == whole
+
+
+def test_a_range_must_start_after_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    write_file(path, LogHeader().encode())
+    with EntryLogReader(path, 0) as r, pytest.raises(ValueError, match="bad scan range"):
+        scan_entry_log(r, start=10)
+    with EntryLogReader(path, 0) as r, pytest.raises(ValueError, match="bad scan range"):
+        scan_entry_log(r, start=2000, stop=1500)
