@@ -34,6 +34,7 @@ from bookiesim.bookie.errors import (
     NoLedgerError,
     UnauthorizedError,
 )
+from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.journal import JournalWriter
 from bookiesim.bookie.journal_format import (
     DataRecord,
@@ -47,6 +48,8 @@ from bookiesim.bookie.ledger_storage import EntryHeader, LedgerStorage, entry_he
 from bookiesim.bookie.log_mark import LogMark, read_last_mark, write_last_mark
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.entrylog.logger import RotationEvent, RotationReason
+from bookiesim.gc.collector import GarbageCollector
+from bookiesim.gc.policy import CompactionSettings, Throttle
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,14 @@ class Bookie:
             on_sync=self._on_journal_sync,
         )
         self._checkpoint_lock = trio.Lock()
+        self.gc = _garbage_collector(cfg, self)
+        usage = self.gc.usage
+        self.metrics.bind_gc_gauges(
+            entry_logs=lambda: len(usage),
+            live_bytes=lambda: usage.remaining_bytes,
+            total_bytes=lambda: usage.total_bytes,
+            usage_buckets=usage.bucket_counts,
+        )
         self.ready = trio.Event()
         self.replayed_records = 0
         self.metrics.bind_gauges(
@@ -141,6 +152,8 @@ class Bookie:
                 nursery.start_soon(self._preallocation_loop)
                 if self.cfg.entry_log_per_ledger_enabled and not self.cfg.upstream_behaviour:
                     nursery.start_soon(self._expiry_loop)
+                await nursery.start(self.gc.run)
+                nursery.start_soon(self._disk_check_loop)
                 self.ready.set()
                 task_status.started()
                 await trio.sleep_forever()
@@ -233,6 +246,37 @@ class Bookie:
             wake = now + expiry if deadline is None else min(deadline, now + expiry)
             await trio.sleep_until(max(wake, now))
             logger.expire_idle()
+
+    async def _disk_check_loop(self) -> None:
+        """Upstream's LedgerDirsMonitor, as far as GC cares: every diskCheckInterval, the
+        fullest ledger or index disk decides whether compaction is suspended (or GC forced,
+        with isForceGCAllowWhenNoSpace)."""
+        cfg = self.cfg
+        while True:
+            try:
+                used = self.disk_used_fraction()
+            except OSError as exc:
+                log.warning("disk check failed: %s", exc)
+            else:
+                self.gc.disk_checked(used, cfg.disk_usage_warn_threshold, cfg.disk_usage_threshold)
+            await trio.sleep(cfg.disk_check_interval / 1000)
+
+    def disk_used_fraction(self) -> float:
+        """The highest used fraction (1 - usable/total, as upstream's DiskChecker) among the
+        file systems of the ledger and index directories."""
+        worst = 0.0
+        for d in {*self.cfg.ledger_directories, *self.cfg.effective_index_directories}:
+            st = os.statvfs(d)
+            if st.f_blocks:
+                worst = max(worst, 1.0 - st.f_bavail / st.f_blocks)
+        return worst
+
+    def forget_ledger(self, ledger_id: int) -> None:
+        """GC deleted the ledger: drop its in-memory state (long polls wake and find it
+        gone)."""
+        state = self._ledgers.pop(ledger_id, None)
+        if state is not None:
+            state.wake_watchers()
 
     async def _preallocation_loop(self) -> None:
         """Keep the entry logger's pool of empty logs full, creating files off the trio
@@ -463,6 +507,23 @@ class Bookie:
             },
             "state": "read_only" if self.journal.failed else "writable",
         }
+
+
+def _garbage_collector(cfg: BookieConfig, bookie: Bookie) -> GarbageCollector:
+    """The bookie's GC, configured by upstream's keys (docs/configuration.md)."""
+    by_bytes = cfg.is_throttle_by_bytes
+    rate = cfg.compaction_rate_by_bytes if by_bytes else cfg.compaction_rate_by_entries
+    return GarbageCollector(
+        BookieGcStorage(bookie.storage, bookie._checkpoint_lock, bookie.forget_ledger),
+        CompactionSettings.from_config(cfg),
+        gc_wait_time=cfg.gc_wait_time / 1000,
+        throttle=Throttle(rate, by_bytes=by_bytes),
+        max_outstanding=cfg.compaction_max_outstanding_requests,
+        verify_metadata=cfg.verify_metadata_on_gc,
+        force_gc_allow_when_no_space=cfg.is_force_gc_allow_when_no_space,
+        target_log_size=cfg.log_size_limit if cfg.use_target_entry_log_size_for_gc else None,
+        metrics=bookie.metrics,
+    )
 
 
 __all__ = ["Bookie", "BookieError", "LedgerState"]

@@ -608,7 +608,8 @@ class BookieConfig:
         "diskUsageThreshold",
         0.95,
         unit="fraction",
-        meaning="A disk used above this fraction is full: no new entry logs on it.",
+        meaning="A disk used above this fraction is full: no new entry logs on it, and "
+        "compaction is suspended (GC is forced instead with isForceGCAllowWhenNoSpace).",
     )
     disk_usage_warn_threshold: float = _key(
         _DISKS,
@@ -617,7 +618,8 @@ class BookieConfig:
         unit="fraction",
         minimum=0.0,
         maximum=1.0,
-        meaning="A disk used above this fraction is almost full: GC is forced.",
+        meaning="A disk used above this fraction is almost full: major compaction is "
+        "suspended (GC is forced instead with isForceGCAllowWhenNoSpace).",
     )
     disk_check_interval: int = _key(
         _DISKS,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +162,30 @@ class LedgerStorage:
         await run_blocking(_sync_all, plan.sync, index_paths)
         self.entry_logger.complete_checkpoint(plan)
 
+    async def sync_entry_logs(self) -> None:
+        """fsync every active and rotated log (upstream ``entryLogger.flush()``), as the
+        checkpoint does but without the index; compaction calls it before it moves entries."""
+        plan = self.entry_logger.prepare_checkpoint()
+        await run_blocking(plan.sync)
+        self.entry_logger.complete_checkpoint(plan)
+
+    def move_entries(self, moves: Iterable[tuple[int, int, int, int]]) -> int:
+        """For each ``(ledger, entry, old, new)``: point the index at ``new`` if the ledger
+        still exists and the index still says ``old``; return how many moved. In memory
+        only until :meth:`sync_index`."""
+        index = self.index
+        moved = 0
+        for ledger_id, entry_id, old, new in moves:
+            if index.exists(ledger_id) and index.get_location(ledger_id, entry_id) == old:
+                index.set_location(ledger_id, entry_id, new)
+                moved += 1
+        return moved
+
+    async def sync_index(self) -> None:
+        """Write and fsync every index change made so far."""
+        paths = self.index.flush_dirty()
+        await run_blocking(_sync_all, _nothing, paths)
+
     def checkpoint_blocking(self) -> None:
         """The same, without trio (replay at start-up, tests, shutdown)."""
         plan = self.entry_logger.prepare_checkpoint()
@@ -173,6 +197,10 @@ class LedgerStorage:
         self.index.flush()
         self.index.close()
         self.entry_logger.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _sync_all(sync_logs: Callable[[], None], paths: Sequence[Path]) -> None:

@@ -56,9 +56,14 @@ _go_float: Callable[[float], str] = floatToGoString
 
 __all__ = [
     "CHECKPOINT_BUCKETS",
+    "GC_BUCKETS",
+    "GC_COMPACTION_KINDS",
+    "GC_DELETE_REASONS",
+    "GC_USAGE_BUCKETS",
     "GROUP_ENTRIES_BUCKETS",
     "LATENCY_BUCKETS",
     "METRICS",
+    "RECLAIM_DELAY_BUCKETS",
     "ROTATION_REASONS",
     "WRITE_CLOSE_OUTCOMES",
     "BookieMetrics",
@@ -116,6 +121,27 @@ WRITE_CLOSE_OUTCOMES: Final[tuple[str, ...]] = (
     "bad_key",
     "error",
 )
+
+# GC: why an entry log was deleted, which compaction ran, and the usage buckets' labels
+# (upper bounds in percent, as upstream's entry_log_usage_buckets_le_10..100).
+GC_DELETE_REASONS: Final[tuple[str, ...]] = ("empty", "compacted")
+GC_COMPACTION_KINDS: Final[tuple[str, ...]] = ("major", "minor")
+GC_USAGE_BUCKETS: Final[tuple[str, ...]] = tuple(str(10 * (i + 1)) for i in range(10))
+
+# A GC pass reads metadata of new logs and may compact for minutes: 1 ms to an hour.
+GC_BUCKETS: Final[tuple[float, ...]] = (
+    0.001, 0.01, 0.1, 0.5,
+    1.0, 5.0, 10.0, 30.0,
+    60.0, 300.0, 900.0, 3600.0,
+)  # fmt: skip
+
+# From a ledger's deletion (as GC saw it) to its last byte reclaimed: a GC pass at best, the
+# expiry of an idle log or a compaction interval at worst (a day by default).
+RECLAIM_DELAY_BUCKETS: Final[tuple[float, ...]] = (
+    1.0, 10.0, 30.0, 60.0,
+    300.0, 600.0, 1800.0, 3600.0,
+    7200.0, 21600.0, 86400.0, 172800.0,
+)  # fmt: skip
 
 # Values of bookie_open_files{kind}.
 _OPEN_FILE_KINDS: Final[tuple[str, ...]] = ("entrylog_write", "entrylog_read")
@@ -361,6 +387,143 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         ),
         upstream="none (WriteClose is BP-32, not in upstream)",
     ),
+    # --- Garbage collection and compaction --------------------------------------------------
+    MetricSpec(
+        name="bookie_gc_runs_total",
+        kind=Kind.COUNTER,
+        unit="runs",
+        prom_unit=False,
+        meaning="Garbage collection passes completed (scheduled and forced).",
+        upstream="`bookie_THREAD_RUNTIME_count`",
+    ),
+    MetricSpec(
+        name="bookie_gc_duration_seconds",
+        kind=Kind.HISTOGRAM,
+        unit="seconds",
+        buckets=GC_BUCKETS,
+        meaning=(
+            "Duration of one GC pass: deleted ledgers, metadata of new flushed logs, "
+            "deletion of empty logs, compaction."
+        ),
+        upstream="`bookie_THREAD_RUNTIME` (milliseconds)",
+    ),
+    MetricSpec(
+        name="bookie_gc_deleted_ledgers_total",
+        kind=Kind.COUNTER,
+        unit="ledgers",
+        prom_unit=False,
+        meaning="Ledgers deleted locally because the metadata store no longer has them.",
+        upstream="`bookie_DELETED_LEDGER_TOTAL`",
+    ),
+    MetricSpec(
+        name="bookie_gc_deleted_logs_total",
+        kind=Kind.COUNTER,
+        unit="logs",
+        prom_unit=False,
+        labels=("reason",),
+        label_values=GC_DELETE_REASONS,
+        meaning=(
+            "Entry logs deleted by GC: `empty` (no live ledger left), `compacted` (live "
+            "entries copied out first)."
+        ),
+        upstream="none",
+    ),
+    MetricSpec(
+        name="bookie_gc_reclaimed_bytes_total",
+        kind=Kind.COUNTER,
+        unit="bytes",
+        labels=("reason",),
+        label_values=GC_DELETE_REASONS,
+        meaning=(
+            "Entry bytes reclaimed (as the logs' metadata counts them: entries plus their "
+            "4-byte size fields): `empty` by deleting whole logs, `compacted` the garbage "
+            "of compacted logs."
+        ),
+        upstream=(
+            '`reason="empty"`: `bookie_RECLAIMED_DELETION_SPACE_BYTES`; '
+            '`reason="compacted"`: `bookie_RECLAIMED_COMPACTION_SPACE_BYTES`'
+        ),
+    ),
+    MetricSpec(
+        name="bookie_gc_compacted_bytes_total",
+        kind=Kind.COUNTER,
+        unit="bytes",
+        meaning="Entry bytes copied by compaction (its write amplification).",
+        upstream="none",
+    ),
+    MetricSpec(
+        name="bookie_gc_compacted_entries_total",
+        kind=Kind.COUNTER,
+        unit="entries",
+        prom_unit=False,
+        meaning="Entries copied by compaction.",
+        upstream="none",
+    ),
+    MetricSpec(
+        name="bookie_gc_compactions_total",
+        kind=Kind.COUNTER,
+        unit="compactions",
+        prom_unit=False,
+        labels=("kind",),
+        label_values=GC_COMPACTION_KINDS,
+        meaning="Compaction runs by kind, counted even when no log needed compacting.",
+        upstream="`bookie_MAJOR_COMPACTION_TOTAL`, `bookie_MINOR_COMPACTION_TOTAL`",
+    ),
+    MetricSpec(
+        name="bookie_gc_reclaim_failures_total",
+        kind=Kind.COUNTER,
+        unit="failures",
+        prom_unit=False,
+        meaning="Entry logs GC failed to delete (retried at the next pass).",
+        upstream="`bookie_RECLAIM_FAILED_TO_DELETE`",
+    ),
+    MetricSpec(
+        name="bookie_gc_ledger_reclaim_delay_seconds",
+        kind=Kind.HISTOGRAM,
+        unit="seconds",
+        buckets=RECLAIM_DELAY_BUCKETS,
+        meaning=(
+            "Time from the GC pass that deleted a ledger locally to the pass after which no "
+            "entry log holds its bytes any more."
+        ),
+        upstream="none",
+    ),
+    MetricSpec(
+        name="bookie_gc_entry_logs",
+        kind=Kind.GAUGE,
+        unit="logs",
+        prom_unit=False,
+        meaning="Flushed entry logs GC tracks (holding at least one live ledger).",
+        upstream="`bookie_ACTIVE_ENTRY_LOG_TOTAL`",
+    ),
+    MetricSpec(
+        name="bookie_gc_entry_log_live_bytes",
+        kind=Kind.GAUGE,
+        unit="bytes",
+        meaning="Live entry bytes in the tracked logs (their remaining size).",
+        upstream="`bookie_ACTIVE_ENTRY_LOG_SPACE_BYTES`",
+    ),
+    MetricSpec(
+        name="bookie_gc_entry_log_bytes",
+        kind=Kind.GAUGE,
+        unit="bytes",
+        meaning="Entry bytes in the tracked logs, live or not (their total size).",
+        upstream="`bookie_ENTRY_LOG_SPACE_BYTES`",
+    ),
+    MetricSpec(
+        name="bookie_gc_entry_log_usage_logs",
+        kind=Kind.GAUGE,
+        unit="logs",
+        prom_unit=False,
+        labels=("bucket",),
+        label_values=GC_USAGE_BUCKETS,
+        meaning=(
+            "Tracked logs per usage bucket, named by its upper bound in percent of live "
+            "bytes: `10` holds usage below 10 %, ..., `100` from 90 % to 100 %. Not "
+            "cumulative."
+        ),
+        upstream="`bookie_entry_log_usage_buckets_le_10` ... `_le_100`",
+    ),
     # --- Bookie -----------------------------------------------------------------------------
     MetricSpec(
         name="bookie_ledgers",
@@ -533,6 +696,20 @@ class BookieMetrics:
         self._write_bytes = self._counter("bookie_write_bytes_total")
         self._read_bytes = self._counter("bookie_read_bytes_total")
 
+        self._gc_runs = self._counter("bookie_gc_runs_total")
+        self._gc_seconds = self._histogram("bookie_gc_duration_seconds")
+        self._gc_deleted_ledgers = self._counter("bookie_gc_deleted_ledgers_total")
+        deleted_logs = self._counter("bookie_gc_deleted_logs_total")
+        reclaimed = self._counter("bookie_gc_reclaimed_bytes_total")
+        self._gc_deleted_logs = {r: deleted_logs.labels(reason=r) for r in GC_DELETE_REASONS}
+        self._gc_reclaimed = {r: reclaimed.labels(reason=r) for r in GC_DELETE_REASONS}
+        self._gc_copied_bytes = self._counter("bookie_gc_compacted_bytes_total")
+        self._gc_copied_entries = self._counter("bookie_gc_compacted_entries_total")
+        compactions = self._counter("bookie_gc_compactions_total")
+        self._gc_compactions = {k: compactions.labels(kind=k) for k in GC_COMPACTION_KINDS}
+        self._gc_reclaim_failed = self._counter("bookie_gc_reclaim_failures_total")
+        self._gc_reclaim_delay = self._histogram("bookie_gc_ledger_reclaim_delay_seconds")
+
         self._bound: dict[str, Gauge] = {}
         for keyword, (family, kind) in _BOUND_GAUGES.items():
             gauge = self._gauge(family)
@@ -632,6 +809,61 @@ class BookieMetrics:
 
     def bytes_read(self, n: int) -> None:
         self._read_bytes.inc(n)
+
+    # --- Garbage collection ------------------------------------------------------------
+
+    def gc_run(self, seconds: float) -> None:
+        self._gc_runs.inc()
+        self._gc_seconds.observe(seconds)
+
+    def gc_ledgers_deleted(self, n: int) -> None:
+        self._gc_deleted_ledgers.inc(n)
+
+    def gc_log_deleted(self, reason: str, reclaimed_bytes: int) -> None:
+        """One log deleted; ``reason`` is one of :data:`GC_DELETE_REASONS`."""
+        if reason not in self._gc_deleted_logs:
+            raise ValueError(f"unknown GC delete reason {reason!r}; one of {GC_DELETE_REASONS}")
+        self._gc_deleted_logs[reason].inc()
+        self._gc_reclaimed[reason].inc(reclaimed_bytes)
+
+    def gc_compaction(self, kind: str) -> None:
+        if kind not in self._gc_compactions:
+            raise ValueError(f"unknown compaction kind {kind!r}; one of {GC_COMPACTION_KINDS}")
+        self._gc_compactions[kind].inc()
+
+    def gc_copied(self, entries: int, nbytes: int) -> None:
+        self._gc_copied_entries.inc(entries)
+        self._gc_copied_bytes.inc(nbytes)
+
+    def gc_reclaim_delay(self, seconds: float) -> None:
+        self._gc_reclaim_delay.observe(seconds)
+
+    def gc_reclaim_failed(self) -> None:
+        self._gc_reclaim_failed.inc()
+
+    def bind_gc_gauges(
+        self,
+        entry_logs: Callable[[], float],
+        live_bytes: Callable[[], float],
+        total_bytes: Callable[[], float],
+        usage_buckets: Callable[[], Sequence[int]],
+    ) -> None:
+        """Read the GC gauges from these at every scrape; ``usage_buckets`` gives the 10
+        bucket counts, lowest usage first."""
+        self._gauge("bookie_gc_entry_logs").set_function(_guarded("gc_entry_logs", entry_logs))
+        self._gauge("bookie_gc_entry_log_live_bytes").set_function(
+            _guarded("gc_live_bytes", live_bytes)
+        )
+        self._gauge("bookie_gc_entry_log_bytes").set_function(
+            _guarded("gc_total_bytes", total_bytes)
+        )
+        buckets = self._gauge("bookie_gc_entry_log_usage_logs")
+        for i, label in enumerate(GC_USAGE_BUCKETS):
+
+            def count(i: int = i) -> float:
+                return usage_buckets()[i]
+
+            buckets.labels(bucket=label).set_function(_guarded(f"gc_usage_{label}", count))
 
     # --- Scrape-time gauges -------------------------------------------------------------
 
@@ -759,6 +991,10 @@ def render_markdown() -> str:
         + " s.",
         "- `bookie_checkpoint_duration_seconds`: "
         + ", ".join(f"{b:g}" for b in CHECKPOINT_BUCKETS)
+        + " s.",
+        "- `bookie_gc_duration_seconds`: " + ", ".join(f"{b:g}" for b in GC_BUCKETS) + " s.",
+        "- `bookie_gc_ledger_reclaim_delay_seconds`: "
+        + ", ".join(f"{b:g}" for b in RECLAIM_DELAY_BUCKETS)
         + " s.",
         "- `bookie_journal_group_entries`: "
         + ", ".join(f"{b:g}" for b in GROUP_ENTRIES_BUCKETS)

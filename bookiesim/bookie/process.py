@@ -20,6 +20,7 @@ import trio
 from bookiesim import __version__
 from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie.gc_admin import add_gc_routes
 from bookiesim.bookie.handlers import RequestProcessor
 from bookiesim.bookie.http_admin import (
     AdminRequest,
@@ -64,6 +65,7 @@ class BookieService:
         router.add("GET", "/metrics", metrics_handler(self.metrics.render))
         router.add("GET", "/api/v1/bookie/info", self._info)
         router.add("GET", "/api/v1/bookie/state", self._state)
+        add_gc_routes(router, self.bookie.gc)
         return router
 
     async def _info(self, request: AdminRequest) -> AdminResponse:
@@ -115,8 +117,10 @@ class BookieService:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Register in the metadata store (an ephemeral node that vanishes with this
-        process) for as long as the bookie serves; clients find bookies there."""
+        process) for as long as the bookie serves; clients find bookies there. GC lists the
+        store's ledgers through the same session to find the deleted ones."""
         from bookiesim.metadata import open_store
+        from bookiesim.metadata.ledgers import LedgerManager
         from bookiesim.metadata.registration import (
             FEATURE_WRITE_CLOSE,
             BookieInfo,
@@ -138,8 +142,13 @@ class BookieService:
             open_store(self.cfg.metadata_service_uri) as store,
             register_bookie(store, info),
         ):
-            task_status.started()
-            await trio.sleep_forever()
+            gc = self.bookie.gc
+            gc.ledger_source = LedgerManager(store)
+            try:
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                gc.ledger_source = None
 
 
 async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> None:

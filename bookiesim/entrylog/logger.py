@@ -512,6 +512,20 @@ class EntryLogger:
             removed = True
         return removed
 
+    def ledgers_of_log(self, log_id: int) -> list[int] | None:
+        """Ledgers with bytes in a log open for writing, pooled, or queued for the next
+        checkpoint, without reading it; None if that is not known here (a flushed log, or a
+        rotated log of the single interleaved log)."""
+        writer = self._files.writers.get(log_id)
+        if writer is not None:
+            return list(writer.ledger_sizes)
+        record = self._files.rotated.get(log_id)
+        if record is not None and record.ledger_id is not None:
+            return [record.ledger_id]
+        if record is None and self._files.is_pooled(log_id):
+            return []  # created empty ahead of need
+        return None
+
     def entry_log_metadata(self, log_id: int) -> EntryLogMetadata:
         """Ledger -> bytes of a log: from memory while it is open for writing, else from its
         ledgers map or a scan (:func:`~bookiesim.entrylog.metadata.extract_metadata`)."""

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import re
 import struct
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -165,6 +168,20 @@ then {"type": "entry"}: ledgerId, entryId, location, logId, offset (location's l
 summary: entries, lastEntryId.
 """
 
+_GC_KEYS = """\
+Give the bookie as --url http://HOST:PORT or --port PORT [--host HOST] (its httpServerPort).
+Without options both compactions may run, as the bookie's configuration allows; --major or
+--minor allows one of them for this pass, --no-compaction neither.
+
+JSON keys: first {"type": "gc"} (unless --details): triggered, and the pass's report:
+forced, ledgersDeleted, logsExtracted, logsDeleted, reclaimedByDeletion, compaction
+("major", "minor" or null), logsCompacted, reclaimedByCompaction, bytesCopied, seconds;
+then {"type": "entryLog"} per tracked log: logId, logIdHex, totalSize, remainingSize, usage,
+ledgers; summary: logs, totalSize, remainingSize, and the GC status (majorCompactionCounter,
+minorCompactionCounter, isMajorGcSuspended, isMinorGcSuspended, gcRuns, ...).
+With --suspend/--resume: {"type": "summary", "isMajorGcSuspended", "isMinorGcSuspended"}.
+"""
+
 _LASTMARK_KEYS = """\
 DIR is a ledger directory or its current/ subdirectory. Every lastMark file there is shown
 (lastMark, and lastMark.<i> for journal directory i when a bookie has several).
@@ -231,6 +248,44 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _lastmark,
     )
     lastmark.add_argument("dir", metavar="DIR")
+
+    gc = commands.add_parser(
+        "gc",
+        help="force a garbage collection on a running bookie and show its entry logs' usage",
+        description="Force a GC pass on a running bookie through its admin HTTP API (PUT "
+        "/api/v1/bookie/gc), wait for it, and list the usage of every entry log GC tracks "
+        "(GET /api/v1/bookie/gc_details). Exit code 2 when the bookie cannot be reached or "
+        "refuses the request.",
+        epilog=_GC_KEYS + "\n" + _COMMON_JSON,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gc.add_argument("--json", action="store_true", help="one JSON object per line")
+    where = gc.add_mutually_exclusive_group()
+    where.add_argument("--url", help="the bookie's admin base URL, e.g. http://127.0.0.1:8080")
+    where.add_argument("--host", default="127.0.0.1", help="admin host (default 127.0.0.1)")
+    gc.add_argument("--port", type=int, help="admin port (httpServerPort)")
+    what = gc.add_mutually_exclusive_group()
+    what.add_argument("--major", action="store_true", help="allow only major compaction")
+    what.add_argument("--minor", action="store_true", help="allow only minor compaction")
+    what.add_argument(
+        "--no-compaction", action="store_true", help="collect garbage, compact nothing"
+    )
+    what.add_argument("--details", action="store_true", help="only show usage, trigger nothing")
+    what.add_argument(
+        "--suspend",
+        choices=("major", "minor", "both"),
+        help="suspend scheduled compaction",
+    )
+    what.add_argument(
+        "--resume", choices=("major", "minor", "both"), help="resume suspended compaction"
+    )
+    gc.add_argument(
+        "--no-wait", action="store_true", help="return once triggered, before the pass ends"
+    )
+    gc.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds to wait for the bookie (600)"
+    )
+    gc.set_defaults(func=_gc_command)
 
 
 def _log_id(text: str) -> int:
@@ -676,4 +731,143 @@ def _lastmark(args: argparse.Namespace, out: _Out) -> int:
     out.finish(table)
     if not out.json_lines:
         out.note("replay starts at these positions, in <journalDir>/current/<journalFile>")
+    return 0
+
+
+# ---------------------------------------------------------------------------- gc
+
+
+class _AdminError(Exception):
+    """The bookie could not be reached, or answered with an error."""
+
+
+def _admin_call(base: str, method: str, path: str, body: object, timeout: float) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("error", exc.reason)
+        except (ValueError, AttributeError):
+            message = exc.reason
+        raise _AdminError(f"{method} {base + path}: HTTP {exc.code}: {message}") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise _AdminError(f"{method} {base + path}: {reason}") from None
+
+
+def _admin_base(args: argparse.Namespace) -> str:
+    if args.url:
+        if args.port is not None:
+            raise _AdminError("give --url or --port, not both")
+        url: str = args.url
+        if not url.startswith(("http://", "https://")):
+            raise _AdminError(f"--url {url!r} is not an http:// URL")
+        return url.rstrip("/")
+    if args.port is None:
+        raise _AdminError("say which bookie: --url http://HOST:PORT or --port PORT")
+    if not 0 < args.port < 65536:
+        raise _AdminError(f"--port {args.port} is not a TCP port")
+    return f"http://{args.host}:{args.port}"
+
+
+def _gc_command(args: argparse.Namespace) -> int:
+    out = _Out(args.json)
+    try:
+        code = _gc(args, out)
+        out.lines.flush()
+    except BrokenPipeError:
+        quiet_broken_pipe()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except _AdminError as exc:
+        try:
+            out.lines.flush()
+        except BrokenPipeError:
+            quiet_broken_pipe()
+        print(f"bookiesim shell gc: {exc}", file=sys.stderr)
+        return EXIT_BAD_FILE
+    return code
+
+
+def _gc(args: argparse.Namespace, out: _Out) -> int:
+    base = _admin_base(args)
+    timeout = args.timeout
+    if args.suspend or args.resume:
+        verb, which = ("suspend", args.suspend) if args.suspend else ("resume", args.resume)
+        body = {
+            f"{verb}Major": which in ("major", "both"),
+            f"{verb}Minor": which in ("minor", "both"),
+        }
+        flags = _admin_call(base, "PUT", f"/api/v1/bookie/gc/{verb}_compaction", body, timeout)
+        if out.json_lines:
+            out.lines.json({"type": "summary", **flags})
+        else:
+            out.note(
+                f"major compaction suspended: {flags['isMajorGcSuspended']}, "
+                f"minor compaction suspended: {flags['isMinorGcSuspended']}"
+            )
+        return 0
+    if not args.details:
+        body = {}
+        if args.major or args.minor or args.no_compaction:
+            body = {"forceMajor": bool(args.major), "forceMinor": bool(args.minor)}
+        query = "" if args.no_wait else "?wait=true"
+        answer = _admin_call(base, "PUT", "/api/v1/bookie/gc" + query, body, timeout)
+        report = answer.get("report")
+        if out.json_lines:
+            out.lines.json({"type": "gc", "triggered": answer["triggered"], **(report or {})})
+        elif report is None:
+            out.note(answer["message"])
+        else:
+            compaction = report["compaction"] or "no"
+            out.note(
+                f"GC pass: {len(report['ledgersDeleted'])} ledgers deleted, "
+                f"{len(report['logsDeleted'])} logs deleted "
+                f"({report['reclaimedByDeletion']} bytes), {compaction} compaction: "
+                f"{len(report['logsCompacted'])} logs compacted "
+                f"({report['reclaimedByCompaction']} bytes reclaimed, "
+                f"{report['bytesCopied']} copied), {report['seconds']:.3f} s"
+            )
+    (status,) = _admin_call(base, "GET", "/api/v1/bookie/gc_details", None, timeout)
+    logs = status.pop("entryLogs")
+    table = out.table(
+        Column("logId", 10),
+        Column("totalSize", 12),
+        Column("remainingSize", 13),
+        Column("usage", 6),
+        Column("ledgers", 0, "left"),
+    )
+    for entry in logs:
+        if table is None:
+            out.lines.json({"type": "entryLog", **entry})
+        else:
+            ledgers = ",".join(map(str, entry["ledgers"][:8]))
+            if len(entry["ledgers"]) > 8:
+                ledgers += f",... ({len(entry['ledgers'])})"
+            table.row(
+                entry["logIdHex"],
+                entry["totalSize"],
+                entry["remainingSize"],
+                f"{entry['usage']:.3f}",
+                ledgers,
+            )
+    out.finish(table)
+    total = sum(e["totalSize"] for e in logs)
+    remaining = sum(e["remainingSize"] for e in logs)
+    if out.json_lines:
+        summary = {"logs": len(logs), "totalSize": total, "remainingSize": remaining}
+        out.lines.json({"type": "summary", **summary, **status})
+    else:
+        out.note(
+            f"{_count(len(logs), 'entry log')} tracked, {remaining} of {total} bytes live; "
+            f"compactions: {status['majorCompactionCounter']} major, "
+            f"{status['minorCompactionCounter']} minor; suspended: "
+            f"major {status['isMajorGcSuspended']}, minor {status['isMinorGcSuspended']}"
+        )
     return 0
