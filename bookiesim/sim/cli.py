@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bookiesim.sim.bookie_command",
     "bookiesim.sim.cluster_command",
     "bookiesim.sim.ledger_command",
+    "bookiesim.pipeline.command",
     "bookiesim.sim.bench",
     "bookiesim.sim.demo",
 )
