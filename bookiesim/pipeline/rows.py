@@ -23,8 +23,8 @@ error             string  for ``unreadable`` rows
 Where the payload starts depends on the ledger's digest type (32 header bytes, then 4, 8,
 20 or 0 digest bytes); it is found once per ledger and split by verifying the first entry's
 CRC32C, then CRC32 digest, then looking for Pulsar's magic after the HMAC and DUMMY
-lengths. Rows are built a scanner batch at a time (about 128 KiB of records), so memory
-stays bounded whatever the file size.
+lengths. Rows are built a few scanner batches at a time, so memory
+stays bounded whatever the file size (Arrow batches of up to 16,384 rows).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
 from bookiesim.entrylog.reader import EntryLogReader
-from bookiesim.entrylog.scanner import scan_entry_log_batches
+from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
 from bookiesim.pipeline.inputs import Split
 
 __all__ = ["COLUMNS", "DDL", "SCHEMA", "read_split"]
@@ -66,6 +66,9 @@ DDL = (
 )
 
 _LAC = struct.Struct(">q")
+ROWS_PER_BATCH = 16_384
+BYTES_PER_BATCH = 8 << 20
+"""An Arrow batch is handed over at this many rows or bytes of entries, whichever first."""
 _PULSAR_MAGICS = (b"\x0e\x01", b"\x0e\x02")
 _HEADER = 32
 PulsarFields = tuple[int | None, int | None, int | None]
@@ -107,56 +110,76 @@ def _problem_batch(split: Split, status: str, location: int, size: int, error: s
     return pa.RecordBatch.from_pydict(row, schema=SCHEMA)
 
 
+def _to_arrow(
+    split: Split,
+    batch: list[RawRecord],
+    parse: PulsarParser | None,
+    offsets: dict[int, int | None],
+) -> pa.RecordBatch:
+    n = len(batch)
+    ledger_ids = [r[1] for r in batch]
+    sizes = [r[3] for r in batch]
+    unpack_lac = _LAC.unpack_from
+    lacs: list[int | None] = [
+        unpack_lac(cast(bytes, r[4]), 16)[0] if r[3] >= 24 else None for r in batch
+    ]
+    publish: list[int | None] = [None] * n
+    broker: list[int | None] = [None] * n
+    index: list[int | None] = [None] * n
+    if parse is not None:
+        for i, (_, ledger_id, _, _, maybe_body) in enumerate(batch):
+            body = cast(bytes, maybe_body)  # the scan reads bodies
+            if ledger_id not in offsets:
+                offsets[ledger_id] = payload_offset(ledger_id, body)
+            at = offsets[ledger_id]
+            if at is None or body[at : at + 2] not in _PULSAR_MAGICS:
+                continue
+            fields = parse(body[at:])
+            if fields is not None:
+                publish[i], broker[i], index[i] = fields
+    high = split.log_id << 32
+    columns = [
+        pa.array([split.bookie] * n, pa.string()),
+        pa.array([split.log_id] * n, pa.int64()),
+        pa.array(ledger_ids, pa.int64()),
+        pa.array([r[2] for r in batch], pa.int64()),
+        pa.array([high | (r[0] + 4) for r in batch], pa.int64()),
+        pa.array(sizes, pa.int32()),
+        pa.array(lacs, pa.int64()),
+        pa.array(publish, pa.int64()),
+        pa.array(broker, pa.int64()),
+        pa.array(index, pa.int64()),
+        pa.array(["entry"] * n, pa.string()),
+        pa.nulls(n, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+
+
 def read_split(
     split: Split, *, problems: bool = False, pulsar: bool = True
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``split``, one Arrow batch per scanner batch."""
+    """The rows of ``split`` as Arrow batches (see ``ROWS_PER_BATCH``)."""
     if split.error is not None:
         if problems:
             yield _problem_batch(split, "unreadable", 0, 0, split.error)
         return
     parse = _pulsar_parser() if pulsar else None
     offsets: dict[int, int | None] = {}
-    high = split.log_id << 32
-    unpack_lac = _LAC.unpack_from
     with EntryLogReader(split.path, split.log_id) as reader:
         scan = scan_entry_log_batches(reader, start=split.start, stop=split.stop)
-        for batch in scan:
-            n = len(batch)
-            ledger_ids = [r[1] for r in batch]
-            sizes = [r[3] for r in batch]
-            lacs: list[int | None] = [
-                unpack_lac(cast(bytes, r[4]), 16)[0] if r[3] >= 24 else None for r in batch
-            ]
-            publish: list[int | None] = [None] * n
-            broker: list[int | None] = [None] * n
-            index: list[int | None] = [None] * n
-            if parse is not None:
-                for i, (_, ledger_id, _, _, maybe_body) in enumerate(batch):
-                    body = cast(bytes, maybe_body)  # the scan reads bodies
-                    if ledger_id not in offsets:
-                        offsets[ledger_id] = payload_offset(ledger_id, body)
-                    at = offsets[ledger_id]
-                    if at is None or body[at : at + 2] not in _PULSAR_MAGICS:
-                        continue
-                    fields = parse(body[at:])
-                    if fields is not None:
-                        publish[i], broker[i], index[i] = fields
-            columns = [
-                pa.array([split.bookie] * n, pa.string()),
-                pa.array([split.log_id] * n, pa.int64()),
-                pa.array(ledger_ids, pa.int64()),
-                pa.array([r[2] for r in batch], pa.int64()),
-                pa.array([high | (r[0] + 4) for r in batch], pa.int64()),
-                pa.array(sizes, pa.int32()),
-                pa.array(lacs, pa.int64()),
-                pa.array(publish, pa.int64()),
-                pa.array(broker, pa.int64()),
-                pa.array(index, pa.int64()),
-                pa.array(["entry"] * n, pa.string()),
-                pa.nulls(n, pa.string()),
-            ]
-            yield pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+        # The scanner hands over ~128 KiB at a time; Spark pays per Arrow batch, so rows are
+        # gathered into batches of ROWS_PER_BATCH first.
+        pending: list[RawRecord] = []
+        held = 0
+        for records in scan:
+            pending += records
+            held += records[-1][0] - records[0][0]
+            if len(pending) >= ROWS_PER_BATCH or held >= BYTES_PER_BATCH:
+                yield _to_arrow(split, pending, parse, offsets)
+                pending = []
+                held = 0
+        if pending:
+            yield _to_arrow(split, pending, parse, offsets)
         summary = scan.summary
         if problems and summary.torn_offset is not None:
             yield _problem_batch(split, "torn", summary.torn_offset, summary.torn_bytes, None)

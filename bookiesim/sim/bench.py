@@ -16,6 +16,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "bookiesim.sim.benchmarks.storage",
     "bookiesim.sim.benchmarks.bookie",
     "bookiesim.sim.benchmarks.cluster",
+    "bookiesim.sim.benchmarks.pipeline",
 )
 
 

@@ -27,6 +27,8 @@ def test_inventory_json_torn_tail_and_bad_files(
 ) -> None:
     data = tmp_path / "data"
     write_log(data / "bookie-1" / "ledgers", 1, [body(5, e) for e in range(10)])
+    # Entry 3 again in a later log (as compaction leaves it until the old log goes).
+    write_log(data / "bookie-1" / "ledgers", 3, [body(5, 3)])
     write_log(
         data / "bookie-2" / "ledgers",
         1,
@@ -39,10 +41,12 @@ def test_inventory_json_torn_tail_and_bad_files(
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["ledgers"], summary["entries"]) == (2, 14)
-    assert summary["bytes"] == 14 * (len(body(5, 0)) + 4)
+    assert summary["bytes"] == 15 * (len(body(5, 0)) + 4)
     assert (summary["tornTails"], summary["tornBytes"]) == (1, 44)
     rows = {r["bookie"]: r for r in spark.read.parquet(str(out / "inventory")).collect()}
     assert rows["bookie-1"]["lastEntryId"] == 9
+    assert (rows["bookie-1"]["entries"], rows["bookie-1"]["records"]) == (10, 11)
+    assert rows["bookie-1"]["logs"] == [1, 3]
     assert rows["bookie-2"]["logs"] == [1]
 
     bad = data / "bookie-1" / "ledgers" / "current" / "2.log"

@@ -1,0 +1,242 @@
+"""``bookiesim bench pipeline``: the Spark inventory job against a raw read and our scanner.
+
+Setup: ``--size-mb`` (default 2048) of generated entry logs under a temp dir on the disk under
+test — logs of ``--log-mb`` (128) each, 1 KiB entries of 100 ledgers with CRC32C digests,
+ledgers maps at the end, as a bookie in interleaved mode writes them.
+
+Per repetition, each after dropping the logs from the page cache:
+
+1. raw read: every log read sequentially in 1 MiB reads, one process;
+2. scanner: every log scanned with bodies by the project's batch scanner, one process;
+3. Spark inventory with ``local[1]``, then with ``local[2]``: from the job's start to its
+   Parquet written. The Spark session is started, and warmed up by the same job on one log
+   (Python workers started, the JVM's JIT at work), before the clock starts.
+
+Figures are MB/s of log bytes and rows/s of entries. Targets: 2 cores at least 1.6 times one
+core; Spark's MB/s per core at least 50% of the raw read. Pulsar decoding is on, as in the
+job (the generated entries are not Pulsar entries, so it costs one magic check per entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bookiesim.client.digest import DigestManager
+from bookiesim.entrylog.reader import EntryLogReader
+from bookiesim.entrylog.scanner import scan_entry_log_batches
+from bookiesim.entrylog.writer import EntryLogWriter
+from bookiesim.sim.benchmarks.baseline import drop_page_cache, raw_sequential_read
+from bookiesim.sim.benchmarks.report import Figure, Ratio, Report, describe_machine, machine_info
+from bookiesim.sim.output import make_console
+
+__all__ = ["RATIOS", "generate_logs", "register"]
+
+LEDGERS = 100
+ENTRY_SIZE = 1024
+
+RATIOS = (
+    Ratio(
+        "twoVsOneCore", "Spark inventory, 2 cores", "spark2Mb", baseline="spark1Mb", threshold=1.6
+    ),
+    Ratio(
+        "perCoreVsRawRead",
+        "Spark inventory MB/s per core (2 cores)",
+        "spark2MbPerCore",
+        baseline="rawReadMb",
+        threshold=0.5,
+    ),
+    Ratio("oneCoreVsScanner", "Spark inventory, 1 core", "spark1Mb", baseline="scannerMb"),
+)
+
+
+def generate_logs(directory: Path, total_mb: int, log_mb: int) -> tuple[list[Path], int]:
+    """Interleaved logs of 1 KiB entries; returns the files and the number of entries."""
+    current = directory / "bookie" / "ledgers" / "current"
+    current.mkdir(parents=True)
+    managers = [DigestManager(i, b"") for i in range(LEDGERS)]
+    payload = bytes(ENTRY_SIZE)
+    next_entry = [0] * LEDGERS
+    files: list[Path] = []
+    entries = 0
+    total = total_mb << 20
+    written = 0
+    log_id = 0
+    while written < total:
+        with EntryLogWriter(current, log_id) as writer:
+            while writer.position < min(log_mb << 20, total - written + 1024):
+                ledger = entries % LEDGERS
+                e = next_entry[ledger]
+                next_entry[ledger] = e + 1
+                writer.append(managers[ledger].package(e, e - 1, (e + 1) * ENTRY_SIZE, payload))
+                entries += 1
+            writer.append_ledgers_map()
+            writer.fsync()
+            written += writer.position
+            files.append(writer.path)
+        log_id += 1
+    return files, entries
+
+
+def _drop(files: list[Path]) -> None:
+    for f in files:
+        drop_page_cache(f)
+
+
+def run_pipeline_benchmark(
+    work: Path, size_mb: int, log_mb: int, repeats: int, step: Callable[[str], None]
+) -> dict[str, Figure]:
+    from bookiesim.pipeline.jobs.inventory import inventory
+    from bookiesim.pipeline.session import spark_session
+
+    specs = [
+        ("rawReadMb", "raw read", "MB/s"),
+        ("scannerMb", "scanner, one process", "MB/s"),
+        ("spark1Mb", "Spark inventory, 1 core", "MB/s"),
+        ("spark2Mb", "Spark inventory, 2 cores", "MB/s"),
+        ("spark2MbPerCore", "Spark inventory MB/s per core (2 cores)", "MB/s"),
+        ("scannerRows", "scanner, one process", "rows/s"),
+        ("spark1Rows", "Spark inventory, 1 core", "rows/s"),
+        ("spark2Rows", "Spark inventory, 2 cores", "rows/s"),
+    ]
+    figures = {key: Figure(key, label, unit) for key, label, unit in specs}
+    step(f"generating {size_mb} MiB of logs")
+    files, entries = generate_logs(work, size_mb, log_mb)
+    nbytes = sum(f.stat().st_size for f in files)
+    # One untimed read first: on these VMs the first read of freshly written data runs at a
+    # fraction of the speed of later ones (the host is still writing it back), which would
+    # flatter whatever comes second (see the storage benchmark).
+    for f in files:
+        raw_sequential_read(f)
+    sessions: dict[int, Any] = {}
+    try:
+        for run in range(1, repeats + 1):
+            step(f"run {run}: raw read")
+            seconds = sum(raw_sequential_read(f).seconds for f in files)
+            figures["rawReadMb"].runs.append(nbytes / seconds / 1e6)
+
+            step(f"run {run}: scanner")
+            _drop(files)
+            started = time.perf_counter()
+            for f in files:
+                with EntryLogReader(f) as reader:
+                    for _batch in scan_entry_log_batches(reader):
+                        pass
+            seconds = time.perf_counter() - started
+            figures["scannerMb"].runs.append(nbytes / seconds / 1e6)
+            figures["scannerRows"].runs.append(entries / seconds)
+
+            for cores in (1, 2):
+                step(f"run {run}: Spark inventory, {cores} core(s)")
+                if cores not in sessions:
+                    for other in sessions.values():
+                        other.stop()
+                    sessions.clear()
+                    sessions[cores] = spark_session(f"local[{cores}]", app_name="bench")
+                    # Warm-up on one log: Python workers started, JIT done, files cached
+                    # in no particular way (dropped below anyway).
+                    warm = sessions[cores].read.format("entrylog").load(str(files[0]))
+                    inventory(warm, work / "warm-up")
+                    shutil.rmtree(work / "warm-up")
+                spark = sessions[cores]
+                _drop(files)
+                out = work / f"out-{cores}"
+                started = time.perf_counter()
+                df = spark.read.format("entrylog").load(str(work / "bookie"))
+                summary = inventory(df, out)
+                seconds = time.perf_counter() - started
+                if summary.entries != entries:
+                    raise RuntimeError(f"inventory saw {summary.entries} entries, not {entries}")
+                shutil.rmtree(out)
+                figures[f"spark{cores}Mb"].runs.append(nbytes / seconds / 1e6)
+                figures[f"spark{cores}Rows"].runs.append(entries / seconds)
+            figures["spark2MbPerCore"].runs.append(figures["spark2Mb"].runs[-1] / 2)
+    finally:
+        for session in sessions.values():
+            session.stop()
+    return figures
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "pipeline",
+        help="Spark inventory on 1 and 2 cores against a raw read and the scanner",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--size-mb", type=int, default=2048, help="MiB of logs (default 2048)")
+    parser.add_argument("--log-mb", type=int, default=128, help="MiB per log (default 128)")
+    parser.add_argument("--repeats", type=int, default=1, help="repetitions (default 1)")
+    parser.add_argument("--dir", type=Path, help="where the logs go (default: here)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    tables = make_console(sys.stderr if args.json else sys.stdout)
+    if not tables.is_terminal:
+        tables.width = 132
+    status = make_console(sys.stderr)
+    argv = ["bookiesim", "bench", "pipeline"]
+    for name, default in (("size_mb", 2048), ("log_mb", 128), ("repeats", 1)):
+        if getattr(args, name) != default:
+            argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    if args.json:
+        argv.append("--json")
+    started = datetime.datetime.now(datetime.UTC)
+    workdir = args.dir if args.dir is not None else Path.cwd()
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-pipeline-") as tmp:
+        machine = machine_info(Path(tmp))
+        status.print(
+            f"bench pipeline: {args.size_mb} MiB of logs, {args.repeats} run(s) "
+            f"({describe_machine(machine)})"
+        )
+        total = 1 + 4 * args.repeats
+        progress = Progress(
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=status,
+            transient=True,
+        )
+        with progress:
+            task = progress.add_task("starting", total=total)
+            done = -1
+
+            def step(name: str) -> None:
+                nonlocal done
+                done += 1
+                progress.update(task, completed=done, description=name)
+
+            figures = run_pipeline_benchmark(
+                Path(tmp), args.size_mb, args.log_mb, args.repeats, step
+            )
+            progress.update(task, completed=total)
+    report = Report(
+        name="pipeline",
+        command=shlex.join(argv),
+        date=started.isoformat(timespec="seconds"),
+        settings={"sizeMb": args.size_mb, "logMb": args.log_mb, "repeats": args.repeats},
+        figures=figures,
+        ratios=list(RATIOS),
+        machine=machine,
+    )
+    report.print_tables(tables)
+    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
+    tables.print(f"{seconds:.0f} s in all")
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_json()) + "\n")
+        sys.stdout.flush()
+    return 0
