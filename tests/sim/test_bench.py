@@ -108,3 +108,31 @@ def test_bench_cluster_reports_both_clusters_and_recovery(
     assert thresholds == {r.key: r.threshold for r in CLUSTER_RATIOS}
     assert thresholds["threeVsOneBookie"] == 0.5
     assert list(tmp_path.iterdir()) == []  # the bookies' files are gone
+
+
+@pytest.mark.slow
+def test_bench_pipeline_reports_one_and_two_cores(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # Its own process: the benchmark starts and stops Spark sessions of its own.
+    args = ["--size-mb", "4", "--log-mb", "2", "--dir", str(tmp_path), "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bookiesim.sim.cli", "bench", "pipeline", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["benchmark"] == "pipeline"
+    assert {"rawReadMb", "scannerMb", "spark1Mb", "spark2Mb", "spark2MbPerCore"} <= set(
+        report["figures"]
+    )
+    assert {r["key"]: r["threshold"] for r in report["ratios"]} == {
+        "twoVsOneCore": 1.6,
+        "perCoreVsRawRead": 0.5,
+        "oneCoreVsScanner": None,
+    }
+    assert list(tmp_path.iterdir()) == []
