@@ -136,6 +136,8 @@ class Bookie:
             least_unflushed_log_id=lambda: self.storage.entry_logger.least_unflushed_log_id,
             newest_log_id=lambda: max(self.storage.entry_logger.log_ids(), default=-1),
             ledgers=lambda: len(self.storage.ledger_ids()),
+            writable_dirs=self.writable_ledger_dirs,
+            disk_usage=self.disk_used_fraction,
             server_status=lambda: 1 if self.journal.failed is None else 0,
         )
 
@@ -270,6 +272,16 @@ class Bookie:
             if st.f_blocks:
                 worst = max(worst, 1.0 - st.f_bavail / st.f_blocks)
         return worst
+
+    def writable_ledger_dirs(self) -> int:
+        """Ledger directories whose disk is below diskUsageThreshold."""
+        threshold = self.cfg.disk_usage_threshold
+        writable = 0
+        for d in self.cfg.ledger_directories:
+            st = os.statvfs(d)
+            if not st.f_blocks or 1.0 - st.f_bavail / st.f_blocks < threshold:
+                writable += 1
+        return writable
 
     def forget_ledger(self, ledger_id: int) -> None:
         """GC deleted the ledger: drop its in-memory state (long polls wake and find it

@@ -534,6 +534,24 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         upstream="`bookie_ledgers_count` (DbLedgerStorage), `bookie_ACTIVE_LEDGER_TOTAL` (GC)",
     ),
     MetricSpec(
+        name="bookie_ledger_writable_dirs",
+        kind=Kind.GAUGE,
+        unit="dirs",
+        prom_unit=False,
+        meaning="Ledger directories whose disk is below diskUsageThreshold (read at scrape "
+        "time with statvfs).",
+        upstream="`bookie_ledger_writable_dirs`",
+    ),
+    MetricSpec(
+        name="bookie_disk_usage_ratio",
+        kind=Kind.GAUGE,
+        unit="ratio",
+        prom_unit=False,
+        meaning="Used fraction of the fullest disk holding a ledger or index directory, as "
+        "the disk check computes it (1 - available / total).",
+        upstream="closest: `bookie_ledger_dir_<dir>_usage` (one gauge per directory)",
+    ),
+    MetricSpec(
         name="bookie_server_status",
         kind=Kind.GAUGE,
         unit="",
@@ -552,6 +570,8 @@ _BOUND_GAUGES: Final[dict[str, tuple[str, str | None]]] = {
     "least_unflushed_log_id": ("bookie_entrylog_least_unflushed_log_id", None),
     "newest_log_id": ("bookie_entrylog_newest_log_id", None),
     "ledgers": ("bookie_ledgers", None),
+    "writable_dirs": ("bookie_ledger_writable_dirs", None),
+    "disk_usage": ("bookie_disk_usage_ratio", None),
     "server_status": ("bookie_server_status", None),
 }
 
@@ -876,6 +896,8 @@ class BookieMetrics:
         least_unflushed_log_id: Callable[[], float],
         newest_log_id: Callable[[], float],
         ledgers: Callable[[], float],
+        writable_dirs: Callable[[], float],
+        disk_usage: Callable[[], float],
         server_status: Callable[[], float],
     ) -> None:
         """Read these gauges from the callables at every scrape; calling again rebinds.
@@ -891,6 +913,8 @@ class BookieMetrics:
             "least_unflushed_log_id": least_unflushed_log_id,
             "newest_log_id": newest_log_id,
             "ledgers": ledgers,
+            "writable_dirs": writable_dirs,
+            "disk_usage": disk_usage,
             "server_status": server_status,
         }
         for keyword, fn in sources.items():

@@ -71,6 +71,8 @@ def bind_constants(m: BookieMetrics, **overrides: float) -> None:
         "least_unflushed_log_id": 11.0,
         "newest_log_id": 13.0,
         "ledgers": 17.0,
+        "writable_dirs": 2.0,
+        "disk_usage": 0.25,
         "server_status": 1.0,
     } | overrides
 
@@ -277,6 +279,8 @@ def test_bound_gauges_are_nan_until_bound_then_read_at_scrape_time() -> None:
         least_unflushed_log_id=lambda: 11,
         newest_log_id=lambda: 13,
         ledgers=lambda: 17,
+        writable_dirs=lambda: 2,
+        disk_usage=lambda: 0.25,
         server_status=lambda: True,
     )
     assert value(m, "bookie_entrylog_active_logs") == 1
@@ -288,6 +292,8 @@ def test_bound_gauges_are_nan_until_bound_then_read_at_scrape_time() -> None:
     assert value(m, "bookie_entrylog_least_unflushed_log_id") == 11
     assert value(m, "bookie_entrylog_newest_log_id") == 13
     assert value(m, "bookie_ledgers") == 17
+    assert value(m, "bookie_ledger_writable_dirs") == 2
+    assert value(m, "bookie_disk_usage_ratio") == 0.25
     assert value(m, "bookie_server_status") == 1
 
 
@@ -311,6 +317,8 @@ def test_a_failing_gauge_reads_nan_and_the_scrape_survives(
         least_unflushed_log_id=lambda: 11,
         newest_log_id=newest,
         ledgers=lambda: 17,
+        writable_dirs=lambda: 1,
+        disk_usage=lambda: 0.5,
         server_status=lambda: 0,
     )
     with caplog.at_level(logging.WARNING, logger="bookiesim.bookie.metrics"):
