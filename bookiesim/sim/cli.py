@@ -17,9 +17,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bookiesim.sim.bookie_command",
     "bookiesim.sim.cluster_command",
     "bookiesim.sim.ledger_command",
+    "bookiesim.sim.topic_command",
     "bookiesim.pipeline.command",
+    "bookiesim.dashboards.command",
     "bookiesim.sim.bench",
     "bookiesim.sim.demo",
+    "bookiesim.sim.sim_command",
 )
 
 

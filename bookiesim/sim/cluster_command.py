@@ -102,7 +102,11 @@ async def wait_registered(uri: str, bookie_ids: set[str], max_wait: float) -> No
 
 
 def start_cluster(
-    root: Path, bookies: int, metadata: str | None, settings: list[str]
+    root: Path,
+    bookies: int,
+    metadata: str | None,
+    settings: list[str],
+    scrape_interval: str = "5s",
 ) -> tuple[list[LocalBookie], dict[str, Any]]:
     """Start ``bookies`` bookie processes under ``root``, wait until each serves and is
     registered, and write ``cluster.json`` and the scrape config. The processes stay
@@ -145,7 +149,7 @@ def start_cluster(
         "scrapeConfig": str(root / SCRAPE_FILE),
         "prometheus": None,
     }
-    (root / SCRAPE_FILE).write_text(scrape_config([b.http_port for b in started]))
+    (root / SCRAPE_FILE).write_text(scrape_config([b.http_port for b in started], scrape_interval))
     (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
     return started, state
 
@@ -160,10 +164,28 @@ def detach(bookies: list[LocalBookie]) -> None:
 
 
 def cluster_up(
-    root: Path, bookies: int, metadata: str | None, settings: list[str]
+    root: Path,
+    bookies: int,
+    metadata: str | None,
+    settings: list[str],
+    *,
+    prometheus: bool = False,
+    scrape_interval: str = "5s",
 ) -> dict[str, Any]:
-    started, state = start_cluster(root, bookies, metadata, settings)
+    """Start the bookies (see :func:`start_cluster`) and, with ``prometheus``, a Prometheus
+    scraping them; ``state["prometheusError"]`` says why none runs when one was asked for."""
+    started, state = start_cluster(root, bookies, metadata, settings, scrape_interval)
     detach(started)
+    if prometheus:
+        from bookiesim.dashboards.prometheus_server import PrometheusError, start_prometheus
+
+        try:
+            server = start_prometheus(root, root / SCRAPE_FILE)
+        except PrometheusError as exc:
+            state["prometheusError"] = str(exc)
+        else:
+            state["prometheus"] = server.to_json()
+        (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
     return state
 
 
@@ -210,10 +232,13 @@ async def registered_ids(uri: str) -> set[str] | None:
 def cluster_status(root: Path) -> dict[str, Any]:
     state = read_state(root)
     registered = trio.run(registered_ids, state["metadata"])
+    prometheus = state.get("prometheus")
+    if prometheus is not None:
+        prometheus = dict(prometheus, running=pid_alive(prometheus["pid"]))
     return {
         "dir": str(root),
         "metadata": state["metadata"],
-        "prometheus": state.get("prometheus"),
+        "prometheus": prometheus,
         "bookies": [bookie_status(b, registered) for b in state["bookies"]],
     }
 
@@ -236,6 +261,11 @@ def cluster_down(root: Path, timeout: float = STOP_TIMEOUT) -> list[tuple[str, s
             outcomes.append((name, f"killed (SIGKILL after {timeout:g} s)"))
         else:
             outcomes.append((name, "stopped"))
+    if state.get("prometheus"):
+        from bookiesim.dashboards.prometheus_server import stop_prometheus
+
+        outcome = stop_prometheus(state["prometheus"]["pid"], timeout)
+        outcomes.append(("prometheus", "stopped" if outcome == "not running" else outcome))
     return outcomes
 
 
@@ -253,6 +283,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="KEY=VALUE",
         help="configuration for every bookie (repeatable)",
+    )
+    up.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also start Prometheus (Debian's prometheus package) scraping every bookie",
+    )
+    up.add_argument(
+        "--scrape-interval", default="5s", help="Prometheus scrape interval (default 5s)"
     )
     up.add_argument("--json", action="store_true", help="print the cluster description as JSON")
     up.set_defaults(func=_up)
@@ -272,10 +310,21 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     try:
         with console.status(f"starting {args.bookies} bookies in {args.dir}"):
-            state = cluster_up(args.dir, args.bookies, args.metadata, args.settings)
+            state = cluster_up(
+                args.dir,
+                args.bookies,
+                args.metadata,
+                args.settings,
+                prometheus=args.prometheus,
+                scrape_interval=args.scrape_interval,
+            )
     except ClusterError as exc:
         console.print(f"cluster up: {exc}", markup=False)
         return 1
+    if "prometheusError" in state:
+        console.print(
+            f"cluster up: no Prometheus: {state['prometheusError']}", markup=False, soft_wrap=True
+        )
     if args.json:
         print(json.dumps(state))
         return 0
@@ -288,6 +337,9 @@ def _up(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"metadata: {state['metadata']}")
     console.print(f"Prometheus scrape config: {state['scrapeConfig']}")
+    if state.get("prometheus"):
+        url = state["prometheus"]["url"]
+        console.print(f"Prometheus: {url}  dashboard: {url}/consoles/bookiesim.html")
     console.print(f"stop with: bookiesim cluster down --dir {args.dir}")
     return 0
 
@@ -327,6 +379,14 @@ def _status(args: argparse.Namespace) -> int:
             "" if b["leastUnflushedLogId"] is None else str(b["leastUnflushedLogId"]),
         )
     console.print(table)
+    prometheus = status["prometheus"]
+    if prometheus:
+        state = "running" if prometheus["running"] else "stopped"
+        console.print(
+            f"Prometheus: {prometheus['url']} ({state}); dashboard: "
+            f"{prometheus['url']}/consoles/bookiesim.html",
+            markup=False,
+        )
     return 0
 
 
