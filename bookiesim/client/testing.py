@@ -252,15 +252,17 @@ async def running_cluster(
     features: Iterable[str] = DEFAULT_FEATURES,
     overrides: Mapping[str, object] | None = None,
     metadata_uri: str | None = None,
+    store: MetadataStore | None = None,
 ) -> AsyncIterator[LocalCluster]:
     """``n`` registered in-process bookies under ``root`` and a metadata store — SQLite in
-    ``root/meta.db`` unless ``metadata_uri`` names another — for the duration of the block.
-    ``overrides`` are bookie config fields (``BookieConfig.replace`` names) for every
-    bookie."""
+    ``root/meta.db`` unless ``metadata_uri`` names another, or ``store`` if given (already
+    open, e.g. a :class:`~bookiesim.metadata.memory_store.MemoryStore` for virtual time;
+    the caller closes it) — for the duration of the block. ``overrides`` are bookie config
+    fields (``BookieConfig.replace`` names) for every bookie."""
     root.mkdir(parents=True, exist_ok=True)
     uri = metadata_uri or f"sqlite://{(root / 'meta.db').resolve()}"
-    async with open_store(uri) as store, trio.open_nursery() as nursery:
-        cluster = LocalCluster(root, store, uri, nursery)
+    async with _opened_store(uri, store) as opened, trio.open_nursery() as nursery:
+        cluster = LocalCluster(root, opened, opened.uri if store else uri, nursery)
         try:
             for _ in range(n):
                 await cluster.start_bookie(features=features, overrides=overrides)
@@ -269,6 +271,15 @@ async def running_cluster(
             with trio.CancelScope(shield=True), trio.move_on_after(30):
                 await cluster.stop_all()
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _opened_store(uri: str, given: MetadataStore | None) -> AsyncIterator[MetadataStore]:
+    if given is not None:
+        yield given
+        return
+    async with open_store(uri) as store:
+        yield store
 
 
 # --- fault injection on the client side --------------------------------------------------
