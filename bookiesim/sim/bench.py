@@ -17,6 +17,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "bookiesim.sim.benchmarks.bookie",
     "bookiesim.sim.benchmarks.cluster",
     "bookiesim.sim.benchmarks.pipeline",
+    "bookiesim.sim.benchmarks.seek",
 )
 
 

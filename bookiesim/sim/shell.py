@@ -249,6 +249,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     lastmark.add_argument("dir", metavar="DIR")
 
+    # In its own module: it reads the metadata store and needs the codecs, which the
+    # file commands above do not load.
+    from bookiesim.sim.mlinfo_command import register_mlinfo
+
+    register_mlinfo(commands)
+
     gc = commands.add_parser(
         "gc",
         help="force a garbage collection on a running bookie and show its entry logs' usage",

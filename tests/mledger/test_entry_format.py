@@ -80,3 +80,21 @@ def test_not_a_pulsar_entry(data: bytes) -> None:
     with pytest.raises(PulsarEntryError):
         decode_pulsar_entry(data)
     assert parse_pulsar_entry(data) is None
+
+
+def test_the_reference_worked_example() -> None:
+    """reference/pulsar.md §7: the 42-byte entry, byte for byte."""
+    expected = bytes.fromhex(
+        "0e02 00000009 08fbd095ffbc311009 0e01 cf85822f 0000000c 0a017010001880d095ffbc31"
+        " 68656c6c6f"
+    )
+    data = encode_pulsar_entry(
+        b"hello",
+        publish_time=1_700_000_000_000,
+        producer_name="p",
+        sequence_id=0,
+        broker_timestamp=1_700_000_000_123,
+        index=9,
+    )
+    assert data == expected
+    assert parse_pulsar_entry(expected) == (1_700_000_000_000, 1_700_000_000_123, 9)
