@@ -63,7 +63,7 @@ def find_chromium() -> str | None:
     return None
 
 
-def screenshot(url: str, out: Path, width: int = 1400, height: int = 2600) -> None:
+def screenshot(url: str, out: Path, width: int = 1400, height: int = 5200) -> None:
     chromium = find_chromium()
     if chromium is None:
         raise PrometheusError("no Chromium: `apt-get install chromium` for screenshots")

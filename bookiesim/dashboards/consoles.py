@@ -45,7 +45,8 @@ _HEAD = """\
 </head>
 <body>
 <h1>bookiesim cluster</h1>
-<p>Every bookie this Prometheus scrapes; the same panels as dashboards/grafana/bookiesim.json.</p>
+<p>Every bookie this Prometheus scrapes; the same panels as dashboards/grafana/bookiesim.json.
+Time range: <code>?duration=3600</code> in seconds (default 900).</p>
 """
 
 _TAIL = "</body>\n</html>\n"
@@ -89,6 +90,7 @@ def render_console() -> str:
                 "expr": [expression(t) for t in panel.targets],
                 "name": [_legend(t.legend) for t in panel.targets],
                 "renderer": "line",
+                "duration": "DURATION",
                 "width": 520,
                 "height": 180,
             }
@@ -97,9 +99,12 @@ def render_console() -> str:
                 if panel.unit in ("bytes", "Bps")
                 else "PromConsole.NumberFormatter.humanizeNoSmallPrefix"
             )
+            # The time range, in seconds, is a page parameter: ...bookiesim.html?duration=3600
+            # (prom_console.js's own default is an hour, too long for a fresh cluster).
+            opts = json.dumps(options).replace('"DURATION"', '{{ or .Params.duration "900" }}')
             parts.append(
                 f'<div id="{node}"></div>\n<script>\nnew PromConsole.Graph(Object.assign('
-                f'{json.dumps(options)}, {{node: document.querySelector("#{node}"), '
+                f'{opts}, {{node: document.querySelector("#{node}"), '
                 f"yAxisFormatter: {formatter}, yHoverFormatter: {formatter}}}));\n"
                 "</script>\n</div>\n"
             )

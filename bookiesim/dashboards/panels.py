@@ -347,13 +347,15 @@ GARBAGE_COLLECTION = Row(
     ),
 )
 
+# The two rows no BookKeeper dashboard has come right after the bookies: they are what this
+# project is about.
 ROWS: tuple[Row, ...] = (
     BOOKIES,
+    ENTRY_LOG_PER_LEDGER,
+    GARBAGE_COLLECTION,
     REQUESTS,
     JOURNAL,
     LEDGERS,
-    ENTRY_LOG_PER_LEDGER,
-    GARBAGE_COLLECTION,
 )
 
 
