@@ -323,6 +323,18 @@ class BookieConfig:
         meaning="If > 0, fsync an entry log every this many unsynced bytes and before it is "
         "rotated; <= 0 = only at checkpoints.",
     )
+    entry_log_writeback_bytes: int = _key(
+        _ENTRYLOG,
+        "entryLogWritebackBytes",
+        0,
+        unit="bytes",
+        minimum=0,
+        bookiesim_only=True,
+        meaning="If > 0, start the kernel's writeback of an entry log (sync_file_range, "
+        "without waiting) every this many bytes written, so that the checkpoint's fsync has "
+        "little left to flush and does not hold up the journal's; 0 = leave it all to the "
+        "checkpoint, as upstream. No effect on durability.",
+    )
     write_buffer_size_bytes: int = _key(
         _ENTRYLOG,
         "writeBufferSizeBytes",

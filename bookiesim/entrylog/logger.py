@@ -126,6 +126,8 @@ class EntryLogConfig(Protocol):
     @property
     def flush_entrylog_bytes(self) -> int: ...
     @property
+    def entry_log_writeback_bytes(self) -> int: ...
+    @property
     def entry_log_file_preallocation_enabled(self) -> bool: ...
     @property
     def entry_log_preallocation_pool_size(self) -> int: ...
@@ -241,6 +243,7 @@ class EntryLogger:
         max_open_read_files: int = 1000,
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         flush_entrylog_bytes: int = 0,
+        writeback_bytes: int = 0,
         preallocation: bool = True,
         preallocation_pool_size: int = 0,
         upstream_behaviour: bool = False,
@@ -255,6 +258,7 @@ class EntryLogger:
             pool_size=preallocation_pool_size,
             write_buffer_size=write_buffer_size,
             flush_entrylog_bytes=flush_entrylog_bytes,
+            writeback_bytes=writeback_bytes,
             on_rotate=on_rotate,
         )
         self._per_ledger = per_ledger
@@ -302,6 +306,7 @@ class EntryLogger:
             max_open_read_files=cfg.entry_log_max_open_read_files,
             write_buffer_size=cfg.write_buffer_size_bytes,
             flush_entrylog_bytes=cfg.flush_entrylog_bytes,
+            writeback_bytes=cfg.entry_log_writeback_bytes,
             preallocation=cfg.entry_log_file_preallocation_enabled,
             preallocation_pool_size=cfg.entry_log_preallocation_pool_size,
             upstream_behaviour=cfg.upstream_behaviour,

@@ -190,6 +190,7 @@ class LogFiles:
         pool_size: int = 0,
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         flush_entrylog_bytes: int = 0,
+        writeback_bytes: int = 0,
         on_rotate: Callable[[RotationEvent], None] | None = None,
     ) -> None:
         if pool_size < 0:
@@ -231,6 +232,7 @@ class LogFiles:
         self._look_ahead = len(self.current_dirs) > 1 or bool(above)
         self._write_buffer_size = write_buffer_size
         self._unpersisted_bound = max(0, flush_entrylog_bytes)
+        self._writeback_bytes = max(0, writeback_bytes)
         self._on_rotate = on_rotate
         self._closed = False
 
@@ -324,6 +326,7 @@ class LogFiles:
             log_id,
             write_buffer_size=self._write_buffer_size,
             unpersisted_bytes_bound=self._unpersisted_bound,
+            writeback_bytes=self._writeback_bytes,
             create=create,
             buffer=spare.pop() if spare else None,
         )

@@ -36,6 +36,7 @@ from bookiesim.entrylog.format import (
     encode_ledgers_map,
     log_file_name,
 )
+from bookiesim.entrylog.writeback import start_writeback
 
 __all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter"]
 
@@ -86,6 +87,8 @@ class EntryLogWriter:
         "_persisted",
         "_sealed",
         "_unpersisted_bound",
+        "_writeback_bytes",
+        "_writeback_pos",
     )
 
     def __init__(
@@ -95,6 +98,7 @@ class EntryLogWriter:
         *,
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         unpersisted_bytes_bound: int = 0,
+        writeback_bytes: int = 0,
         create: bool = True,
         buffer: bytearray | None = None,
     ) -> None:
@@ -104,6 +108,8 @@ class EntryLogWriter:
         preallocated earlier (``FileExistsError`` if it holds any byte, so that a log with
         data is never written over). ``unpersisted_bytes_bound > 0`` fsyncs whenever that
         many bytes were appended since the last fsync (upstream ``flushEntrylogBytes``).
+        ``writeback_bytes > 0`` starts the kernel's writeback (without waiting) of every
+        that many bytes handed to the OS (:mod:`.writeback`), so that fsyncs find little left.
         ``buffer``: a write buffer to reuse (of ``write_buffer_size`` bytes; its content does
         not matter), e.g. from :meth:`release_buffer` of a closed writer.
         """
@@ -117,6 +123,8 @@ class EntryLogWriter:
         self._capacity = write_buffer_size
         self._align = _PAGE if write_buffer_size >= 2 * _PAGE else 1
         self._unpersisted_bound = unpersisted_bytes_bound
+        self._writeback_bytes = writeback_bytes
+        self._writeback_pos = 0
         if create:
             # O_EXCL: never overwrite a log (the allocator skips existing ids; this makes sure).
             self._fd = os.open(fspath, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -303,6 +311,9 @@ class EntryLogWriter:
                     buf[: fill - written] = buf[written:fill]
                 self._fill = fill - written
                 self._limit = self._capacity - self._file_pos % self._align
+        if self._writeback_bytes and self._file_pos - self._writeback_pos >= self._writeback_bytes:
+            start_writeback(self._fd, self._writeback_pos, self._file_pos - self._writeback_pos)
+            self._writeback_pos = self._file_pos
 
     def flush(self) -> None:
         """Hand buffered bytes to the OS (no fsync)."""

@@ -101,6 +101,7 @@ BOOKIESIM_KEYS: dict[str, object] = {
     "bookieAddress": "127.0.0.1",
     "entryLogMaxOpenReadFiles": 1000,
     "entryLogPreallocationPoolSize": 64,
+    "entryLogWritebackBytes": 0,
     "upstreamBehaviour": False,
 }
 

@@ -9,6 +9,7 @@ operation against a plain ``bytearray`` model of the file.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import struct
 import threading
@@ -333,3 +334,35 @@ def test_sync_flushed_in_a_worker_thread(tmp_path: Path) -> None:
         assert w.unpersisted_bytes == w.position - result[0]
         w.fsync()
         assert w.unpersisted_bytes == 0
+
+
+def test_writeback_is_started_for_each_stretch_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # entryLogWritebackBytes: the kernel is asked to write back every stretch of at least
+    # that many bytes once it is handed to the OS, contiguously, without changing content.
+    from bookiesim.entrylog import writeback
+
+    assert writeback.available()  # Linux: sync_file_range exists
+    calls: list[tuple[int, int]] = []
+    real = writeback.start_writeback
+
+    def record(fd: int, offset: int, nbytes: int) -> None:
+        calls.append((offset, nbytes))
+        real(fd, offset, nbytes)
+
+    monkeypatch.setattr(writer_module, "start_writeback", record)
+    bodies = [bytes([i % 251]) * 1000 for i in range(200)]
+    with EntryLogWriter(tmp_path, 1, write_buffer_size=8192, writeback_bytes=16384) as w:
+        locations = [w.append(make_entry(3, i, b)) for i, b in enumerate(bodies)]
+        w.flush()
+        flushed = w.position
+    assert calls
+    assert calls[0][0] == 0
+    for (offset, n), (next_offset, _) in itertools.pairwise(calls):
+        assert n >= 16384
+        assert offset + n == next_offset
+    assert calls[-1][0] + calls[-1][1] <= flushed
+    with EntryLogReader(tmp_path / "1.log", 1) as r:
+        for i, location in enumerate(locations):
+            assert r.read_entry(3, i, location) == make_entry(3, i, bodies[i])

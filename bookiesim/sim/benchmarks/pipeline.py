@@ -1,8 +1,10 @@
 """``bookiesim bench pipeline``: the Spark inventory job against a raw read and our scanner.
 
 Setup: ``--size-mb`` (default 2048) of generated entry logs under a temp dir on the disk under
-test — logs of ``--log-mb`` (128) each, 1 KiB entries of 100 ledgers with CRC32C digests,
-ledgers maps at the end, as a bookie in interleaved mode writes them.
+test — logs of ``--log-mb`` (128) each, entries of ``--entry-size`` (1 KiB) for 100 ledgers
+with CRC32C digests, ledgers maps at the end, as a bookie in interleaved mode writes them.
+Spark's cost is per row, so MB/s grows with the entry size: the default is the small entries
+that make it hardest.
 
 Per repetition, each after dropping the logs from the page cache:
 
@@ -61,12 +63,14 @@ RATIOS = (
 )
 
 
-def generate_logs(directory: Path, total_mb: int, log_mb: int) -> tuple[list[Path], int]:
-    """Interleaved logs of 1 KiB entries; returns the files and the number of entries."""
+def generate_logs(
+    directory: Path, total_mb: int, log_mb: int, entry_size: int = ENTRY_SIZE
+) -> tuple[list[Path], int]:
+    """Interleaved logs of ``entry_size`` payloads; returns the files and the entry count."""
     current = directory / "bookie" / "ledgers" / "current"
     current.mkdir(parents=True)
     managers = [DigestManager(i, b"") for i in range(LEDGERS)]
-    payload = bytes(ENTRY_SIZE)
+    payload = bytes(entry_size)
     next_entry = [0] * LEDGERS
     files: list[Path] = []
     entries = 0
@@ -79,7 +83,7 @@ def generate_logs(directory: Path, total_mb: int, log_mb: int) -> tuple[list[Pat
                 ledger = entries % LEDGERS
                 e = next_entry[ledger]
                 next_entry[ledger] = e + 1
-                writer.append(managers[ledger].package(e, e - 1, (e + 1) * ENTRY_SIZE, payload))
+                writer.append(managers[ledger].package(e, e - 1, (e + 1) * entry_size, payload))
                 entries += 1
             writer.append_ledgers_map()
             writer.fsync()
@@ -95,7 +99,12 @@ def _drop(files: list[Path]) -> None:
 
 
 def run_pipeline_benchmark(
-    work: Path, size_mb: int, log_mb: int, repeats: int, step: Callable[[str], None]
+    work: Path,
+    size_mb: int,
+    log_mb: int,
+    repeats: int,
+    step: Callable[[str], None],
+    entry_size: int = ENTRY_SIZE,
 ) -> dict[str, Figure]:
     from bookiesim.pipeline.jobs.inventory import inventory
     from bookiesim.pipeline.session import spark_session
@@ -112,7 +121,7 @@ def run_pipeline_benchmark(
     ]
     figures = {key: Figure(key, label, unit) for key, label, unit in specs}
     step(f"generating {size_mb} MiB of logs")
-    files, entries = generate_logs(work, size_mb, log_mb)
+    files, entries = generate_logs(work, size_mb, log_mb, entry_size)
     nbytes = sum(f.stat().st_size for f in files)
     # One untimed read first: on these VMs the first read of freshly written data runs at a
     # fraction of the speed of later ones (the host is still writing it back), which would
@@ -178,6 +187,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--size-mb", type=int, default=2048, help="MiB of logs (default 2048)")
     parser.add_argument("--log-mb", type=int, default=128, help="MiB per log (default 128)")
     parser.add_argument("--repeats", type=int, default=1, help="repetitions (default 1)")
+    parser.add_argument(
+        "--entry-size", type=int, default=ENTRY_SIZE, help="entry payload bytes (default 1024)"
+    )
     parser.add_argument("--dir", type=Path, help="where the logs go (default: here)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=_main)
@@ -189,7 +201,8 @@ def _main(args: argparse.Namespace) -> int:
         tables.width = 132
     status = make_console(sys.stderr)
     argv = ["bookiesim", "bench", "pipeline"]
-    for name, default in (("size_mb", 2048), ("log_mb", 128), ("repeats", 1)):
+    defaults = (("size_mb", 2048), ("log_mb", 128), ("repeats", 1), ("entry_size", ENTRY_SIZE))
+    for name, default in defaults:
         if getattr(args, name) != default:
             argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.json:
@@ -199,7 +212,8 @@ def _main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-pipeline-") as tmp:
         machine = machine_info(Path(tmp))
         status.print(
-            f"bench pipeline: {args.size_mb} MiB of logs, {args.repeats} run(s) "
+            f"bench pipeline: {args.size_mb} MiB of logs, {args.entry_size} B entries, "
+            f"{args.repeats} run(s) "
             f"({describe_machine(machine)})"
         )
         total = 1 + 4 * args.repeats
@@ -221,14 +235,19 @@ def _main(args: argparse.Namespace) -> int:
                 progress.update(task, completed=done, description=name)
 
             figures = run_pipeline_benchmark(
-                Path(tmp), args.size_mb, args.log_mb, args.repeats, step
+                Path(tmp), args.size_mb, args.log_mb, args.repeats, step, args.entry_size
             )
             progress.update(task, completed=total)
     report = Report(
         name="pipeline",
         command=shlex.join(argv),
         date=started.isoformat(timespec="seconds"),
-        settings={"sizeMb": args.size_mb, "logMb": args.log_mb, "repeats": args.repeats},
+        settings={
+            "sizeMb": args.size_mb,
+            "logMb": args.log_mb,
+            "entrySize": args.entry_size,
+            "repeats": args.repeats,
+        },
         figures=figures,
         ratios=list(RATIOS),
         machine=machine,
