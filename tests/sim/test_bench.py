@@ -96,7 +96,8 @@ def test_bench_cluster_reports_both_clusters_and_recovery(
     assert code == 0, captured.err
     report = json.loads(captured.out)
     assert report["benchmark"] == "cluster"
-    assert report["command"] == "bookiesim bench cluster " + " ".join(args) + " --json"
+    expected = ["bookiesim bench cluster", *args, "--dir", str(tmp_path), "--json"]
+    assert report["command"] == " ".join(expected)
     figures = report["figures"]
     assert {"oneBookieAdds", "threeBookiesAdds", "threeBookiesP99", "recoverySeconds"} <= set(
         figures

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import shlex
 import sys
 import tempfile
 import time
@@ -41,13 +39,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bookiesim.client import AddFuture, BookKeeper, ClientConfig
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import watch_live_bookies
 from bookiesim.metadata.store import MetadataStore
-from bookiesim.sim.benchmarks.report import Figure, Ratio, Report, describe_machine, machine_info
+from bookiesim.sim.benchmarks.report import (
+    Figure,
+    Ratio,
+    Report,
+    command_line,
+    describe_machine,
+    machine_info,
+    publish,
+    step_progress,
+)
 from bookiesim.sim.output import make_console
 from bookiesim.testing import BookieProcessHandle, bookie_process
 
@@ -247,18 +253,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _main(args: argparse.Namespace) -> int:
-    tables = make_console(sys.stderr if args.json else sys.stdout)
-    if not tables.is_terminal:
-        tables.width = 132
     status = make_console(sys.stderr)
-    argv = ["bookiesim", "bench", "cluster"]
-    for name, default in DEFAULTS.items():
-        if getattr(args, name) != default:
-            argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    if args.repeats != 3:
-        argv += ["--repeats", str(args.repeats)]
-    if args.json:
-        argv.append("--json")
+    command = command_line("cluster", args, {**DEFAULTS, "repeats": 3, "dir": None})
     started = datetime.datetime.now(datetime.UTC)
     # On the disk under test (the current directory by default), not a tmpfs /tmp.
     workdir = args.dir if args.dir is not None else Path.cwd()
@@ -268,29 +264,11 @@ def _main(args: argparse.Namespace) -> int:
             f"bench cluster: {args.entries:,} adds of {args.size} B per run, window "
             f"{args.window}, {args.repeats} run(s) ({describe_machine(machine)})"
         )
-        total = 1 + 3 * args.repeats
-        progress = Progress(
-            TextColumn("{task.description:<36}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=status,
-            transient=True,
-        )
-        with progress:
-            task = progress.add_task("starting", total=total)
-            done = -1
-
-            def step(name: str) -> None:
-                nonlocal done
-                done += 1
-                progress.update(task, completed=done, description=name)
-
+        with step_progress(status, 1 + 3 * args.repeats) as step:
             figures = run_cluster_benchmark(Path(tmp), args, step)
-            progress.update(task, completed=total)
     report = Report(
         name="cluster",
-        command=shlex.join(argv),
+        command=command,
         date=started.isoformat(timespec="seconds"),
         settings={
             "entries": args.entries,
@@ -303,10 +281,4 @@ def _main(args: argparse.Namespace) -> int:
         ratios=list(RATIOS),
         machine=machine,
     )
-    report.print_tables(tables)
-    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
-    tables.print(f"{seconds:.0f} s in all")
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_json()) + "\n")
-        sys.stdout.flush()
-    return 0
+    return publish(report, started, as_json=args.json)

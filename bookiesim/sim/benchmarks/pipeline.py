@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import shlex
 import shutil
 import sys
 import tempfile
@@ -33,14 +31,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from bookiesim.client.digest import DigestManager
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 from bookiesim.entrylog.writer import EntryLogWriter
 from bookiesim.sim.benchmarks.baseline import drop_page_cache, raw_sequential_read
-from bookiesim.sim.benchmarks.report import Figure, Ratio, Report, describe_machine, machine_info
+from bookiesim.sim.benchmarks.report import (
+    Figure,
+    Ratio,
+    Report,
+    command_line,
+    describe_machine,
+    machine_info,
+    publish,
+    step_progress,
+)
 from bookiesim.sim.output import make_console
 
 __all__ = ["RATIOS", "generate_logs", "register"]
@@ -196,51 +201,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _main(args: argparse.Namespace) -> int:
-    tables = make_console(sys.stderr if args.json else sys.stdout)
-    if not tables.is_terminal:
-        tables.width = 132
     status = make_console(sys.stderr)
-    argv = ["bookiesim", "bench", "pipeline"]
-    defaults = (("size_mb", 2048), ("log_mb", 128), ("repeats", 1), ("entry_size", ENTRY_SIZE))
-    for name, default in defaults:
-        if getattr(args, name) != default:
-            argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    if args.json:
-        argv.append("--json")
+    defaults = {"size_mb": 2048, "log_mb": 128, "repeats": 1, "entry_size": ENTRY_SIZE, "dir": None}
+    command = command_line("pipeline", args, defaults)
     started = datetime.datetime.now(datetime.UTC)
     workdir = args.dir if args.dir is not None else Path.cwd()
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-pipeline-") as tmp:
         machine = machine_info(Path(tmp))
         status.print(
             f"bench pipeline: {args.size_mb} MiB of logs, {args.entry_size} B entries, "
-            f"{args.repeats} run(s) "
-            f"({describe_machine(machine)})"
+            f"{args.repeats} run(s) ({describe_machine(machine)})"
         )
-        total = 1 + 4 * args.repeats
-        progress = Progress(
-            TextColumn("{task.description:<40}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=status,
-            transient=True,
-        )
-        with progress:
-            task = progress.add_task("starting", total=total)
-            done = -1
-
-            def step(name: str) -> None:
-                nonlocal done
-                done += 1
-                progress.update(task, completed=done, description=name)
-
+        with step_progress(status, 1 + 4 * args.repeats) as step:
             figures = run_pipeline_benchmark(
                 Path(tmp), args.size_mb, args.log_mb, args.repeats, step, args.entry_size
             )
-            progress.update(task, completed=total)
     report = Report(
         name="pipeline",
-        command=shlex.join(argv),
+        command=command,
         date=started.isoformat(timespec="seconds"),
         settings={
             "sizeMb": args.size_mb,
@@ -252,10 +230,4 @@ def _main(args: argparse.Namespace) -> int:
         ratios=list(RATIOS),
         machine=machine,
     )
-    report.print_tables(tables)
-    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
-    tables.print(f"{seconds:.0f} s in all")
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_json()) + "\n")
-        sys.stdout.flush()
-    return 0
+    return publish(report, started, as_json=args.json)

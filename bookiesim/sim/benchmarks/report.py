@@ -13,23 +13,35 @@ Honesty rules (sortedcontainers style), shared by all benchmarks:
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import json
 import os
 import platform
+import shlex
 import statistics
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from bookiesim.sim.output import make_console
 
 __all__ = [
     "Figure",
     "Ratio",
     "Report",
+    "command_line",
     "describe_machine",
     "filesystem_type",
     "machine_info",
+    "publish",
+    "step_progress",
 ]
 
 
@@ -217,3 +229,59 @@ def describe_machine(info: Mapping[str, object]) -> str:
         f"{info['nproc']} cores, {info['machine']}, Python {info['python']}, "
         f"{info['filesystem']} file system"
     )
+
+
+# --- What every benchmark command does around its measurements ------------------------------
+
+
+def command_line(benchmark: str, args: argparse.Namespace, defaults: Mapping[str, object]) -> str:
+    """``bookiesim bench NAME`` with the options that differ from ``defaults`` (attribute
+    names, spelled ``--kebab-case``) and ``--json``: what reproduces this run."""
+    argv = ["bookiesim", "bench", benchmark]
+    for name, default in defaults.items():
+        value = getattr(args, name)
+        if value is not None and value != default:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    if getattr(args, "json", False):
+        argv.append("--json")
+    return shlex.join(argv)
+
+
+@contextmanager
+def step_progress(console: Console, total: int) -> Iterator[Callable[[str], None]]:
+    """A progress bar of ``total`` named steps; the block calls ``step(name)`` as each
+    starts."""
+    progress = Progress(
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("starting", total=total)
+        done = -1
+
+        def step(name: str) -> None:
+            nonlocal done
+            done += 1
+            progress.update(task, completed=done, description=name)
+
+        yield step
+        progress.update(task, completed=total)
+
+
+def publish(report: Report, started: datetime.datetime, *, as_json: bool) -> int:
+    """The tables (on stderr when ``as_json``, so stdout is the JSON alone), the total time,
+    and the report as one JSON line; returns the exit code."""
+    tables = make_console(sys.stderr if as_json else sys.stdout)
+    if not tables.is_terminal:
+        tables.width = 132  # a pipe or a file has no width; rich would assume 80 and wrap
+    report.print_tables(tables)
+    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
+    tables.print(f"{seconds:.0f} s in all")
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json()) + "\n")
+        sys.stdout.flush()
+    return 0

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import random
-import shlex
 import sys
 import time
 from array import array
@@ -48,7 +46,15 @@ from bookiesim.mledger.memory_topic import MemoryLedger, MemoryTopic
 from bookiesim.mledger.position import LedgerList, Position
 from bookiesim.mledger.seek import SeekOutcome, SeekStrategy, seek_by_index, seek_by_timestamp
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
-from bookiesim.sim.benchmarks.report import Figure, Ratio, Report, describe_machine, machine_info
+from bookiesim.sim.benchmarks.report import (
+    Figure,
+    Ratio,
+    Report,
+    command_line,
+    describe_machine,
+    machine_info,
+    publish,
+)
 from bookiesim.sim.output import make_console
 
 __all__ = ["build_topic", "cursor_with_holes", "register", "run_seek_benchmark"]
@@ -266,25 +272,15 @@ def _main(args: argparse.Namespace) -> int:
     if args.entries < args.ledgers:
         print("bench seek: need at least one entry per ledger", file=sys.stderr)
         return 2
-    tables = make_console(sys.stderr if args.json else sys.stdout)
-    if not tables.is_terminal:
-        tables.width = 132
     status_console = make_console(sys.stderr)
-    argv = ["bookiesim", "bench", "seek"]
-    for name, default in DEFAULTS.items():
-        if getattr(args, name) != default:
-            argv += [f"--{name}", str(getattr(args, name))]
-    if args.repeats != 3:
-        argv += ["--repeats", str(args.repeats)]
-    if args.json:
-        argv.append("--json")
+    command = command_line("seek", args, {**DEFAULTS, "repeats": 3})
     started = datetime.datetime.now(datetime.UTC)
     machine = machine_info(Path.cwd())
     status_console.print(f"bench seek ({describe_machine(machine)})", markup=False)
     figures = run_seek_benchmark(args, lambda text: status_console.print(text, markup=False))
     report = Report(
         name="seek",
-        command=shlex.join(argv),
+        command=command,
         date=started.isoformat(timespec="seconds"),
         settings={
             "entries": args.entries,
@@ -299,10 +295,4 @@ def _main(args: argparse.Namespace) -> int:
         ratios=_ratios(),
         machine=machine,
     )
-    report.print_tables(tables)
-    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
-    tables.print(f"{seconds:.0f} s in all")
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_json()) + "\n")
-        sys.stdout.flush()
-    return 0
+    return publish(report, started, as_json=args.json)

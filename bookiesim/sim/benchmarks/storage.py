@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
 import os
-import shlex
 import shutil
 import struct
 import sys
@@ -43,8 +41,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bookiesim.bookie.journal import JournalWriter
 from bookiesim.bookie.journal_format import DataRecord
@@ -58,7 +54,16 @@ from bookiesim.sim.benchmarks.baseline import (
     raw_sequential_read,
     raw_sequential_write,
 )
-from bookiesim.sim.benchmarks.report import Figure, Ratio, Report, describe_machine, machine_info
+from bookiesim.sim.benchmarks.report import (
+    Figure,
+    Ratio,
+    Report,
+    command_line,
+    describe_machine,
+    machine_info,
+    publish,
+    step_progress,
+)
 from bookiesim.sim.output import make_console
 
 __all__ = [
@@ -323,61 +328,34 @@ STEPS_PER_REPEAT = 9
 
 
 def _main(args: argparse.Namespace) -> int:
-    tables = make_console(sys.stderr if args.json else sys.stdout)
-    if not tables.is_terminal:
-        tables.width = 132  # a pipe or a file has no width; rich would assume 80 and wrap
     status = make_console(sys.stderr)
-    argv = ["bookiesim", "bench", "storage"]
-    if args.dir is not None:
-        argv += ["--dir", str(args.dir)]
-    if args.size_mb != DEFAULT_SIZE_MB:
-        argv += ["--size-mb", str(args.size_mb)]
-    if args.repeats != DEFAULT_REPEATS:
-        argv += ["--repeats", str(args.repeats)]
-    if args.json:
-        argv.append("--json")
+    command = command_line(
+        "storage", args, {"dir": None, "size_mb": DEFAULT_SIZE_MB, "repeats": DEFAULT_REPEATS}
+    )
     started = datetime.datetime.now(datetime.UTC)
-
     with _work_dir(args.dir) as work:
         machine = machine_info(work)
         status.print(
             f"bench storage: {args.size_mb} MiB per file, {args.repeats} run(s), in {work} "
             f"({describe_machine(machine)})"
         )
-        progress = Progress(
-            TextColumn("{task.description:<40}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=status,
-            transient=True,
-        )
-        with progress:
-            task = progress.add_task("starting", total=args.repeats * STEPS_PER_REPEAT)
-            done = -1
+        total = args.repeats * STEPS_PER_REPEAT
+        calls = 0
+        with step_progress(status, total) as step:
 
-            def step(name: str) -> None:
-                nonlocal done
-                done += 1
-                run = done // STEPS_PER_REPEAT + 1
-                progress.update(task, completed=done, description=f"run {run}: {name}")
+            def numbered(name: str) -> None:
+                nonlocal calls
+                step(f"run {calls // STEPS_PER_REPEAT + 1}: {name}")
+                calls += 1
 
-            figures = run_storage_benchmark(work, args.size_mb, args.repeats, step)
-            progress.update(task, completed=args.repeats * STEPS_PER_REPEAT)
-
+            figures = run_storage_benchmark(work, args.size_mb, args.repeats, numbered)
     report = Report(
         name="storage",
-        command=shlex.join(argv),
+        command=command,
         date=started.isoformat(timespec="seconds"),
         settings={"sizeMb": args.size_mb, "repeats": args.repeats},
         figures=figures,
         ratios=list(RATIOS),
         machine=machine,
     )
-    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
-    report.print_tables(tables)
-    tables.print(f"{seconds:.0f} s in all")
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_json()) + "\n")
-        sys.stdout.flush()
-    return 0
+    return publish(report, started, as_json=args.json)
