@@ -55,7 +55,7 @@ from bookiesim.sim.cluster_command import read_state
 from bookiesim.sim.local_cluster import ClusterError
 from bookiesim.sim.output import Column, LineWriter, StreamTable, make_console, quiet_broken_pipe
 
-__all__ = ["entry_json", "generated_payload", "metadata_json", "register"]
+__all__ = ["entry_json", "generated_payload", "metadata_json", "register", "run_action"]
 
 WRITE_WINDOW = 1000
 """Adds in flight at once during ``write`` (the client pipelines them)."""
@@ -446,8 +446,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ledger_id(action("metadata", show_metadata, "a ledger's metadata"))
 
 
-def _run(fn: Action, args: argparse.Namespace) -> int:
-    command = f"ledger {args.ledger_command}"
+def run_action(
+    fn: Action,
+    args: argparse.Namespace,
+    command: str,
+    errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run one action of a command group (``ledger``, ``topic``) in trio: positive-number
+    checks on ``--count``/``--size``/``--timeout``, one line on stderr for an error that
+    names what was wrong (exit 2 for usage, 1 for ``errors`` and the client's, metadata's and
+    cluster's own), and a quiet exit when the reader of stdout goes away."""
     console = make_console(sys.stderr)
     out = LineWriter(sys.stdout)
     for name in ("count", "size", "timeout"):
@@ -455,12 +463,14 @@ def _run(fn: Action, args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             console.print(f"{command}: --{name} must be positive, got {value}", markup=False)
             return 2
+    handled: tuple[type[Exception], ...] = (BKError, MetadataError, ClusterError, ValueError)
+    handled += errors
     try:
         trio.run(fn, args, out, console)
     except CommandError as exc:
         console.print(f"{command}: {exc}", markup=False)
         return 2
-    except (BKError, MetadataError, ClusterError, ValueError) as exc:
+    except handled as exc:
         console.print(f"{command}: {exc}", markup=False)
         return 1
     except BrokenPipeError:
@@ -471,3 +481,7 @@ def _run(fn: Action, args: argparse.Namespace) -> int:
         except BrokenPipeError:
             quiet_broken_pipe()
     return 0
+
+
+def _run(fn: Action, args: argparse.Namespace) -> int:
+    return run_action(fn, args, f"ledger {args.ledger_command}")

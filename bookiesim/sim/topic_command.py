@@ -33,11 +33,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import trio
 from rich.console import Console
 
-from bookiesim.client import BKError, BookKeeper, ClientConfig
-from bookiesim.metadata.errors import MetadataError
+from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.mledger.compression import CorruptManagedInfoError
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.cursor import ManagedCursor
@@ -48,9 +46,13 @@ from bookiesim.mledger.managed_ledger import ManagedLedger, Message, open_manage
 from bookiesim.mledger.meta_store import MetaStore
 from bookiesim.mledger.position import Position
 from bookiesim.mledger.seek import SeekStrategy
-from bookiesim.sim.ledger_command import CommandError, generated_payload, metadata_uri
-from bookiesim.sim.local_cluster import ClusterError
-from bookiesim.sim.output import LineWriter, make_console, quiet_broken_pipe
+from bookiesim.sim.ledger_command import (
+    CommandError,
+    generated_payload,
+    metadata_uri,
+    run_action,
+)
+from bookiesim.sim.output import LineWriter
 
 __all__ = ["register"]
 
@@ -309,34 +311,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(fn: Action, args: argparse.Namespace) -> int:
-    command = f"topic {args.topic_command}"
-    console = make_console(sys.stderr)
-    out = LineWriter(sys.stdout)
-    for name in ("count", "size", "timeout"):
-        value = getattr(args, name, None)
-        if value is not None and value <= 0:
-            console.print(f"{command}: --{name} must be positive, got {value}", markup=False)
-            return 2
-    try:
-        trio.run(fn, args, out, console)
-    except CommandError as exc:
-        console.print(f"{command}: {exc}", markup=False)
-        return 2
-    except (
-        BKError,
-        MetadataError,
-        ManagedLedgerError,
-        CorruptManagedInfoError,
-        ClusterError,
-        ValueError,
-    ) as exc:
-        console.print(f"{command}: {exc}", markup=False)
-        return 1
-    except BrokenPipeError:
-        quiet_broken_pipe()
-    finally:
-        try:
-            out.flush()
-        except BrokenPipeError:
-            quiet_broken_pipe()
-    return 0
+    errors = (ManagedLedgerError, CorruptManagedInfoError)
+    return run_action(fn, args, f"topic {args.topic_command}", errors)
