@@ -10,6 +10,7 @@ bookie shows. Inline calls keep a virtual-time run deterministic.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TypeVar, TypeVarTuple
 
 import trio
@@ -19,6 +20,11 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 
+disk_latency: ContextVar[Callable[[], float] | None] = ContextVar("disk_latency", default=None)
+"""Set by a simulator for the tasks of one bookie: under virtual time each blocking call
+first sleeps this many (virtual) seconds, a slow disk. Unset everywhere else."""
+
+
 def in_virtual_time() -> bool:
     return isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock)
 
@@ -26,6 +32,9 @@ def in_virtual_time() -> bool:
 async def run_blocking(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     """Run ``fn(*args)`` in a worker thread, or inline under virtual time."""
     if in_virtual_time():
+        latency = disk_latency.get()
+        if latency is not None and (delay := latency()) > 0:
+            await trio.sleep(delay)
         result = fn(*args)
         await trio.lowlevel.checkpoint()
         return result

@@ -12,7 +12,10 @@ import importlib
 
 __all__ = ["EXPERIMENT_MODULES", "register"]
 
-EXPERIMENT_MODULES: tuple[str, ...] = ("bookiesim.sim.experiments.elpl.command",)
+EXPERIMENT_MODULES: tuple[str, ...] = (
+    "bookiesim.sim.experiments.elpl.command",
+    "bookiesim.sim.faults_command",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

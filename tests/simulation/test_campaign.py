@@ -1,0 +1,141 @@
+"""The simulator end to end: a seed replays exactly, a short campaign passes, hypothesis
+drives fault plans, and ``bookiesim sim faults`` reports in the documented form."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bookiesim.sim.cli import main as cli_main
+from bookiesim.simulation.campaign import run_campaign
+from bookiesim.simulation.plan import FaultPlan, Step
+from bookiesim.simulation.runner import SimSettings, run_simulation
+
+SMALL = SimSettings(steps=4, bookies=4, writers=1, recoverers=2)
+
+
+def test_the_same_seed_gives_the_same_run() -> None:
+    first = run_simulation(replace(SMALL, seed=3, steps=6))
+    second = run_simulation(replace(SMALL, seed=3, steps=6))
+    assert first.trace == second.trace
+    assert first.digest == second.digest  # every frame's fate, at the same virtual time
+    assert first.counters == second.counters
+    assert first.simulated_seconds == second.simulated_seconds
+    other = run_simulation(replace(SMALL, seed=4, steps=6))
+    assert other.digest != first.digest
+
+
+@pytest.mark.slow
+def test_a_seed_replays_in_another_process_with_another_hash_seed() -> None:
+    code = (
+        "import logging, json; logging.disable(logging.CRITICAL)\n"
+        "from bookiesim.simulation.runner import SimSettings, run_simulation\n"
+        "r = run_simulation(SimSettings(seed=5, steps=8))\n"
+        "print(json.dumps([r.digest, r.trace]))\n"
+    )
+    runs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        )
+        runs.append(json.loads(out.stdout))
+    assert runs[0] == runs[1]
+
+
+def test_a_few_seeds_pass() -> None:
+    result = run_campaign(replace(SMALL, steps=2), range(1, 4))
+    assert result.seeds == [1, 2, 3]
+    assert [r.first_violation for r in result.failures] == []
+    assert result.simulated_seconds > 10 * result.wall_seconds  # virtual time pays off
+
+
+@pytest.mark.slow
+def test_a_short_campaign_passes() -> None:
+    result = run_campaign(replace(SMALL, steps=3), range(1, 21))
+    assert [str(r.first_violation) for r in result.failures] == []
+
+
+@pytest.mark.slow
+def test_the_campaign_finds_2614_when_recovery_reads_do_not_fence() -> None:
+    """Seed 11 with sick-bookie storms and recoveries only: S1 breaks with the bug switch
+    on, and the same run is clean without it."""
+    base = SimSettings(seed=11, steps=20, faults=frozenset({"storm", "recover"}))
+    unsafe = run_simulation(replace(base, unsafe_recovery_reads_without_fence=True))
+    assert unsafe.first_violation is not None
+    assert unsafe.first_violation.invariant == "S1"
+    assert run_simulation(base).violations == []
+
+
+_step = st.builds(
+    Step,
+    at=st.floats(0.1, 6.0),
+    action=st.sampled_from(
+        ["crash", "restart", "loss", "loss_end", "storm", "storm_end", "recover", "disk_full"]
+    ),
+    targets=st.sampled_from([("bookie1",), ("bookie2",), ("bookie3",)]),
+    value=st.sampled_from([0.0, 0.2, 0.5, 2.0]),
+)
+
+
+@settings(max_examples=4, deadline=None)
+@given(plan=st.lists(_step, max_size=6), seed=st.integers(0, 2**16))
+def test_any_plan_keeps_every_invariant(plan: list[Step], seed: int) -> None:
+    result = run_simulation(replace(SMALL, seed=seed), plan=FaultPlan(tuple(plan)))
+    assert result.violations == [], "\n".join(result.trace[-20:])
+
+
+def test_cli_json_summary_is_the_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(
+        [
+            "sim",
+            "faults",
+            "--seeds",
+            "2",
+            "--seed",
+            "7",
+            "--steps",
+            "1",
+            "--bookies",
+            "3",
+            "--writers",
+            "1",
+            "--json",
+        ]
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert code == 0
+    assert set(summary) == {
+        "seeds",
+        "failures",
+        "simulated_seconds",
+        "wall_seconds",
+        "failing_seeds",
+    }
+    assert summary["seeds"] == 2
+    assert summary["failures"] == 0
+    assert summary["failing_seeds"] == []
+
+
+def test_cli_lists_the_bug_switches(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["sim", "faults", "--list-bugs", "--json"]) == 0
+    bugs = json.loads(capsys.readouterr().out)
+    assert [b["name"] for b in bugs] == ["recovery-reads-without-fence"]
+
+
+def test_a_failure_report_names_the_invariant_and_a_replay_command() -> None:
+    base = replace(SMALL, seed=19, steps=20, faults=frozenset({"storm", "recover"}))
+    assert base.replay_command() == (
+        "bookiesim sim faults --seed 19 --seeds 1 --steps 20 --bookies 4 --writers 1 "
+        "--recoverers 2 --faults recover,storm"
+    )
+    unsafe = replace(base, unsafe_recovery_reads_without_fence=True)
+    assert unsafe.replay_command().endswith("--inject-bug recovery-reads-without-fence")
