@@ -15,6 +15,8 @@ Options (all optional):
                     ``problems``, reported as an ``unreadable`` row) instead of failing the read
 ``pulsar``          ``false``: do not decode Pulsar entries (publishTime, brokerTimestamp,
                     index stay null)
+``partitions``      about how many Spark tasks (default twice the cores); splits are packed
+                    into them in order
 ==================  ==========================================================================
 
 The driver lists the files and checks their headers when the read is planned, so a bad input
@@ -25,6 +27,7 @@ fails at once with its path in the message; executors then stream their splits
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +38,7 @@ from bookiesim.pipeline.inputs import (
     DEFAULT_MAX_SPLIT_BYTES,
     Split,
     find_log_files,
+    pack_splits,
     plan_splits,
 )
 from bookiesim.pipeline.rows import DDL, read_split
@@ -70,10 +74,12 @@ def input_paths(options: Mapping[str, str]) -> list[str]:
     raise ValueError("entrylog: say which logs to read: load(path) or load([paths])")
 
 
-class SplitPartition(InputPartition):
-    def __init__(self, split: Split) -> None:
-        super().__init__(split)
-        self.split = split
+class SplitsPartition(InputPartition):
+    """One Spark task: splits read one after the other."""
+
+    def __init__(self, splits: list[Split]) -> None:
+        super().__init__(len(splits))
+        self.splits = splits
 
 
 class EntryLogReaderForSpark(DataSourceReader):
@@ -87,23 +93,27 @@ class EntryLogReaderForSpark(DataSourceReader):
         self.problems = _flag(options, "problems")
         self.skip_bad_files = _flag(options, "skipBadFiles")
         self.pulsar = _flag(options, "pulsar", default=True)
+        parts = _option(options, "partitions")
+        self.tasks = 2 * (os.cpu_count() or 1) if parts is None else int(parts)
+        if self.tasks <= 0:
+            raise ValueError(f"entrylog option partitions={parts}: must be positive")
 
     def partitions(self) -> Sequence[InputPartition]:
         files, skipped = find_log_files(
             self.paths, bookie=self.bookie, skip_bad_files=self.skip_bad_files
         )
         splits = plan_splits(files, self.max_split_bytes)
+        groups = pack_splits(splits, self.tasks, self.max_split_bytes)
         for bad in skipped:
-            splits.append(Split(str(bad.path), self.bookie or "", -1, error=bad.reason))
-        if not splits:
-            return [SplitPartition(Split("", "", -1, error="no entry logs found"))]
-        return [SplitPartition(s) for s in splits]
+            groups.append([Split(str(bad.path), self.bookie or "", -1, error=str(bad))])
+        if not groups:
+            return [SplitsPartition([])]
+        return [SplitsPartition(group) for group in groups]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        split = partition.split if isinstance(partition, SplitPartition) else partition.value
-        if split.error == "no entry logs found":
-            return iter(())
-        return read_split(split, problems=self.problems, pulsar=self.pulsar)
+        assert isinstance(partition, SplitsPartition)
+        for split in partition.splits:
+            yield from read_split(split, problems=self.problems, pulsar=self.pulsar)
 
 
 class EntryLogDataSource(DataSource):

@@ -12,13 +12,17 @@ driver walks it once without reading bodies (a scan, as fast as reading the file
 the first record at or after every ``max_split_bytes``; each split then scans
 ``[start, stop)`` (:func:`~bookiesim.entrylog.scanner.scan_entry_log_batches`), and the
 splits of a log together see exactly the records one scan sees.
+
+Partitions (Spark tasks): splits are packed, in order, into about ``partitions`` groups of
+similar size (:func:`pack_splits`), because a task has a fixed cost and per-ledger logs are
+many and small.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +37,12 @@ __all__ = [
     "Split",
     "bookie_of",
     "find_log_files",
+    "pack_splits",
     "plan_splits",
 ]
 
+MIN_PARTITION_BYTES = 8 << 20
+"""Smaller inputs are not spread over more tasks than this many bytes each."""
 DEFAULT_MAX_SPLIT_BYTES = 256 << 20
 """Logs bigger than this are split (Spark's own file splits default to 128 MiB; a log's
 boundary walk costs a read of the file, so we cut less often)."""
@@ -72,6 +79,8 @@ class Split:
     start: int = HEADER_SIZE
     stop: int | None = None
     error: str | None = None
+    nbytes: int = 0
+    """Bytes of the file the split covers (for packing splits into partitions)."""
 
 
 def bookie_of(path: Path) -> str:
@@ -146,7 +155,7 @@ def plan_splits(
     splits: list[Split] = []
     for f in files:
         if f.size <= max_split_bytes:
-            splits.append(Split(f.path, f.bookie, f.log_id))
+            splits.append(Split(f.path, f.bookie, f.log_id, nbytes=f.size))
             continue
         bounds: list[int | None] = [
             HEADER_SIZE,
@@ -155,5 +164,30 @@ def plan_splits(
         ]
         for start, stop in itertools.pairwise(bounds):
             assert start is not None
-            splits.append(Split(f.path, f.bookie, f.log_id, start, stop))
+            end = f.size if stop is None else stop
+            begin = 0 if start == HEADER_SIZE else start  # the first split reads the header
+            splits.append(Split(f.path, f.bookie, f.log_id, start, stop, nbytes=end - begin))
     return splits
+
+
+def pack_splits(
+    splits: Sequence[Split], partitions: int, max_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+) -> list[list[Split]]:
+    """Splits grouped into at least ``partitions`` groups (fewer only for inputs under
+    ``MIN_PARTITION_BYTES`` each) of similar byte counts and at most ``max_bytes`` unless a
+    split is bigger, each group one Spark task. A task costs Spark a fraction of a second
+    whatever it reads, and a bookie with a log per ledger has thousands of small logs: one
+    task per log would spend more time starting tasks than reading. Splits stay in order."""
+    if not splits:
+        return []
+    total = sum(s.nbytes for s in splits)
+    target = min(max_bytes, max(MIN_PARTITION_BYTES, -(-total // max(1, partitions))))
+    groups: list[list[Split]] = [[]]
+    held = 0
+    for split in splits:
+        if groups[-1] and held + split.nbytes > target:
+            groups.append([])
+            held = 0
+        groups[-1].append(split)
+        held += split.nbytes
+    return groups

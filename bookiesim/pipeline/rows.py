@@ -24,7 +24,7 @@ Where the payload starts depends on the ledger's digest type (32 header bytes, t
 20 or 0 digest bytes); it is found once per ledger and split by verifying the first entry's
 CRC32C, then CRC32 digest, then looking for Pulsar's magic after the HMAC and DUMMY
 lengths. Rows are built a few scanner batches at a time, so memory
-stays bounded whatever the file size (Arrow batches of up to 16,384 rows).
+stays bounded whatever the file size (Arrow batches of up to 16,384 rows, no bodies kept).
 """
 
 from __future__ import annotations
@@ -67,8 +67,7 @@ DDL = (
 
 _LAC = struct.Struct(">q")
 ROWS_PER_BATCH = 16_384
-BYTES_PER_BATCH = 8 << 20
-"""An Arrow batch is handed over at this many rows or bytes of entries, whichever first."""
+"""Rows per Arrow batch handed to Spark."""
 _PULSAR_MAGICS = (b"\x0e\x01", b"\x0e\x02")
 _HEADER = 32
 PulsarFields = tuple[int | None, int | None, int | None]
@@ -110,49 +109,84 @@ def _problem_batch(split: Split, status: str, location: int, size: int, error: s
     return pa.RecordBatch.from_pydict(row, schema=SCHEMA)
 
 
-def _to_arrow(
-    split: Split,
-    batch: list[RawRecord],
-    parse: PulsarParser | None,
-    offsets: dict[int, int | None],
-) -> pa.RecordBatch:
-    n = len(batch)
-    ledger_ids = [r[1] for r in batch]
-    sizes = [r[3] for r in batch]
-    unpack_lac = _LAC.unpack_from
-    lacs: list[int | None] = [
-        unpack_lac(cast(bytes, r[4]), 16)[0] if r[3] >= 24 else None for r in batch
-    ]
-    publish: list[int | None] = [None] * n
-    broker: list[int | None] = [None] * n
-    index: list[int | None] = [None] * n
-    if parse is not None:
-        for i, (_, ledger_id, _, _, maybe_body) in enumerate(batch):
-            body = cast(bytes, maybe_body)  # the scan reads bodies
-            if ledger_id not in offsets:
-                offsets[ledger_id] = payload_offset(ledger_id, body)
-            at = offsets[ledger_id]
-            if at is None or body[at : at + 2] not in _PULSAR_MAGICS:
-                continue
-            fields = parse(body[at:])
-            if fields is not None:
-                publish[i], broker[i], index[i] = fields
-    high = split.log_id << 32
-    columns = [
-        pa.array([split.bookie] * n, pa.string()),
-        pa.array([split.log_id] * n, pa.int64()),
-        pa.array(ledger_ids, pa.int64()),
-        pa.array([r[2] for r in batch], pa.int64()),
-        pa.array([high | (r[0] + 4) for r in batch], pa.int64()),
-        pa.array(sizes, pa.int32()),
-        pa.array(lacs, pa.int64()),
-        pa.array(publish, pa.int64()),
-        pa.array(broker, pa.int64()),
-        pa.array(index, pa.int64()),
-        pa.array(["entry"] * n, pa.string()),
-        pa.nulls(n, pa.string()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+class _Columns:
+    """The columns of the rows to come, filled a scanner batch at a time. Only what a row
+    needs is kept (never the bodies), so a batch is bounded by its row count whatever the
+    entry size."""
+
+    __slots__ = (
+        "broker",
+        "entry_ids",
+        "index",
+        "lacs",
+        "ledger_ids",
+        "offsets",
+        "publish",
+        "sizes",
+    )
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.ledger_ids: list[int] = []
+        self.entry_ids: list[int] = []
+        self.sizes: list[int] = []
+        self.lacs: list[int | None] = []
+        self.publish: list[int | None] = []
+        self.broker: list[int | None] = []
+        self.index: list[int | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(
+        self,
+        batch: list[RawRecord],
+        parse: PulsarParser | None,
+        payload_at: dict[int, int | None],
+    ) -> None:
+        n = len(batch)
+        self.offsets += [r[0] for r in batch]
+        self.ledger_ids += [r[1] for r in batch]
+        self.entry_ids += [r[2] for r in batch]
+        self.sizes += [r[3] for r in batch]
+        unpack_lac = _LAC.unpack_from
+        self.lacs += [unpack_lac(cast(bytes, r[4]), 16)[0] if r[3] >= 24 else None for r in batch]
+        publish: list[int | None] = [None] * n
+        broker: list[int | None] = [None] * n
+        index: list[int | None] = [None] * n
+        if parse is not None:
+            for i, (_, ledger_id, _, _, maybe_body) in enumerate(batch):
+                body = cast(bytes, maybe_body)  # the scan reads bodies
+                if ledger_id not in payload_at:
+                    payload_at[ledger_id] = payload_offset(ledger_id, body)
+                at = payload_at[ledger_id]
+                if at is None or body[at : at + 2] not in _PULSAR_MAGICS:
+                    continue
+                fields = parse(body[at:])
+                if fields is not None:
+                    publish[i], broker[i], index[i] = fields
+        self.publish += publish
+        self.broker += broker
+        self.index += index
+
+    def to_arrow(self, split: Split) -> pa.RecordBatch:
+        n = len(self)
+        high = split.log_id << 32
+        columns = [
+            pa.array([split.bookie] * n, pa.string()),
+            pa.array([split.log_id] * n, pa.int64()),
+            pa.array(self.ledger_ids, pa.int64()),
+            pa.array(self.entry_ids, pa.int64()),
+            pa.array([high | (offset + 4) for offset in self.offsets], pa.int64()),
+            pa.array(self.sizes, pa.int32()),
+            pa.array(self.lacs, pa.int64()),
+            pa.array(self.publish, pa.int64()),
+            pa.array(self.broker, pa.int64()),
+            pa.array(self.index, pa.int64()),
+            pa.array(["entry"] * n, pa.string()),
+            pa.nulls(n, pa.string()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 
 
 def read_split(
@@ -169,17 +203,14 @@ def read_split(
         scan = scan_entry_log_batches(reader, start=split.start, stop=split.stop)
         # The scanner hands over ~128 KiB at a time; Spark pays per Arrow batch, so rows are
         # gathered into batches of ROWS_PER_BATCH first.
-        pending: list[RawRecord] = []
-        held = 0
+        columns = _Columns()
         for records in scan:
-            pending += records
-            held += records[-1][0] - records[0][0]
-            if len(pending) >= ROWS_PER_BATCH or held >= BYTES_PER_BATCH:
-                yield _to_arrow(split, pending, parse, offsets)
-                pending = []
-                held = 0
-        if pending:
-            yield _to_arrow(split, pending, parse, offsets)
+            columns.add(records, parse, offsets)
+            if len(columns) >= ROWS_PER_BATCH:
+                yield columns.to_arrow(split)
+                columns = _Columns()
+        if len(columns):
+            yield columns.to_arrow(split)
         summary = scan.summary
         if problems and summary.torn_offset is not None:
             yield _problem_batch(split, "torn", summary.torn_offset, summary.torn_bytes, None)

@@ -121,3 +121,24 @@ def test_pulsar_fields_are_read_for_every_digest_type(tmp_path: Path) -> None:
     assert got == [
         (lid, 1000 + e, 2000 + e, 10 * lid + e) for lid in range(len(DigestType)) for e in range(3)
     ] + [(9, None, None, None)]
+
+
+def test_splits_are_packed_into_balanced_tasks_in_order(tmp_path: Path) -> None:
+    from bookiesim.pipeline.inputs import MIN_PARTITION_BYTES, pack_splits
+
+    for log_id in range(40):
+        write_log(tmp_path / "b" / "ledgers", log_id, [body(log_id, e, 3000) for e in range(100)])
+    files, _ = find_log_files([str(tmp_path)])
+    splits = plan_splits(files, 100_000)
+    groups = pack_splits(splits, 4, 100_000_000)
+    assert [s for g in groups for s in g] == splits  # every split once, in order
+    total = sum(s.nbytes for s in splits)
+    assert total == sum(f.size for f in files)
+    target = max(MIN_PARTITION_BYTES, -(-total // 4))
+    assert all(sum(s.nbytes for s in g) <= target or len(g) == 1 for g in groups)
+    assert len(pack_splits(splits, 1000)) <= total // MIN_PARTITION_BYTES + 1
+    # Never more than max_bytes per task, however few tasks were asked for.
+    capped = pack_splits(splits, 1, 1_000_000)
+    assert all(sum(s.nbytes for s in g) <= 1_000_000 or len(g) == 1 for g in capped)
+    assert len(capped) >= total // 1_000_000
+    assert pack_splits([], 4) == []
