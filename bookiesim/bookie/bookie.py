@@ -432,6 +432,21 @@ class Bookie:
         if state.fence_error is not None:
             raise BookieIOError(f"fence of ledger {ledger_id} not persisted: {state.fence_error}")
 
+    def fence_is_durable(self, ledger_id: int) -> bool:
+        """The ledger is fenced and its fence journaled: a fencing read has nothing to wait
+        for."""
+        state = self._ledgers.get(ledger_id)
+        return (
+            state is not None
+            and state.fence_durable is not None
+            and state.fence_durable.is_set()
+            and state.fence_error is None
+        )
+
+    def check_fenced(self, ledger_id: int, master_key: bytes) -> None:
+        """A fencing read of a ledger whose fence is durable: the key must match (EUA)."""
+        self._handle(ledger_id, master_key)
+
     async def wait_for_lac(self, ledger_id: int, previous_lac: int, max_wait: float) -> bool:
         """Long poll: True once the bookie's LAC exceeds ``previous_lac`` (or the ledger is
         fenced), False on timeout."""

@@ -50,12 +50,17 @@ class RequestProcessor:
         self.metrics = bookie.metrics
 
     def needs_task(self, request: pb.Request) -> bool:
+        """Whether the request may have to wait (a task of its own): long polls, and fencing
+        reads until the ledger's fence is durable. Recovery sends a fencing read for every
+        entry it reads; once the first fence is journaled the rest are plain reads with a
+        key check, and a task each would cost the bookie more than the read itself."""
         if request.header.operation != pb.READ_ENTRY or not request.HasField("readRequest"):
             return False
         read = request.readRequest
-        return read.HasField("previousLAC") or (
-            read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
-        )
+        if read.HasField("previousLAC"):
+            return True
+        fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+        return fencing and not self.bookie.fence_is_durable(read.ledgerId)
 
     def _finish(
         self, request: pb.Request, response: pb.Response, started: float, respond: Respond
@@ -192,6 +197,11 @@ class RequestProcessor:
         if read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK:
             # Piggyback without previousLAC is malformed (§1.7).
             raise BadRequestError("ENTRY_PIGGYBACK without previousLAC")
+        if read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER:
+            # Only here when the fence is already durable (needs_task): check the key.
+            if not read.HasField("masterKey"):
+                raise UnauthorizedError("fencing read without a master key")
+            self.bookie.check_fenced(read.ledgerId, read.masterKey)
         body, lac = self.bookie.read_entry(read.ledgerId, read.entryId)
         return self._read_response(request, body, lac)
 

@@ -83,6 +83,14 @@ async def test_fencing(tmp_path: Path) -> None:
         assert status(await c.add(1, 3, b"d", lac=1, recovery=True, key=KEY_OTHER)) == "EUA"
         # Fencing rotates the ledger's log (BP-32).
         assert svc.bookie.storage.entry_logger.rotations
+        # Once the fence is durable, fencing reads take the quick path (no task of their
+        # own): same answers, same key checks.
+        assert svc.bookie.fence_is_durable(1)
+        assert status(await c.read(1, 0, fence=True)) == "EOK"
+        assert status(await c.read(1, 9, fence=True)) == "ENOENTRY"
+        assert status(await c.read(1, 0, fence=True, key=KEY_OTHER)) == "EUA"
+        r = await c.conn.call(c.request(pb.READ_ENTRY, readRequest=no_key))
+        assert status(r) == "EUA"
 
 
 async def test_fencing_read_of_an_unknown_ledger_creates_it_and_answers_enoentry(
