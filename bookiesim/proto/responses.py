@@ -14,21 +14,30 @@ from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 _pack_length = struct.Struct(">I").pack
 _ADD_HEADER_PREFIX = bytes([0x08, pb.VERSION_THREE, 0x10, pb.ADD_ENTRY, 0x18])
-_SMALL = [bytes([i]) for i in range(128)]
 
 
-def varint(value: int) -> bytes:
-    """Protobuf varint of an int64/uint64 (negative values take ten bytes)."""
-    if 0 <= value < 128:
-        return _SMALL[value]
-    if value < 0:
-        value += 1 << 64
+def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_TABLE_SIZE = 1 << 14
+_TABLE = [_encode_varint(v) for v in range(_TABLE_SIZE)]
+"""Every one- and two-byte varint, ready: entry ids, lengths and most txnIds are below
+16,384, and the encoding loop cost more than the rest of building a request."""
+
+
+def varint(value: int) -> bytes:
+    """Protobuf varint of an int64/uint64 (negative values take ten bytes)."""
+    if 0 <= value < _TABLE_SIZE:
+        return _TABLE[value]
+    if value < 0:
+        value += 1 << 64
+    return _encode_varint(value)
 
 
 def encode_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
