@@ -15,7 +15,7 @@ Options (all optional):
                     ``problems``, reported as an ``unreadable`` row) instead of failing the read
 ``pulsar``          ``false``: do not decode Pulsar entries (publishTime, brokerTimestamp,
                     index stay null)
-``partitions``      about how many Spark tasks (default twice the cores); splits are packed
+``partitions``      about how many Spark tasks (default 8 per core); splits are packed
                     into them in order
 ==================  ==========================================================================
 
@@ -94,7 +94,7 @@ class EntryLogReaderForSpark(DataSourceReader):
         self.skip_bad_files = _flag(options, "skipBadFiles")
         self.pulsar = _flag(options, "pulsar", default=True)
         parts = _option(options, "partitions")
-        self.tasks = 2 * (os.cpu_count() or 1) if parts is None else int(parts)
+        self.tasks = 8 * (os.cpu_count() or 1) if parts is None else int(parts)
         if self.tasks <= 0:
             raise ValueError(f"entrylog option partitions={parts}: must be positive")
 
