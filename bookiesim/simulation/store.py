@@ -14,12 +14,10 @@ line after ``await`` that records it; the records come in the store's own order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
-
+from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.ledgers import DEFAULT_LEDGERS_ROOT, LedgerMetadata, ledger_id_from_path
 from bookiesim.metadata.memory_store import MemoryStore
-from bookiesim.metadata.store import Change, Versioned
+from bookiesim.metadata.store import ANY_VERSION
 from bookiesim.simulation.history import History
 
 __all__ = ["RecordingStore"]
@@ -32,31 +30,14 @@ def _ledger_of(path: str) -> int | None:
         return None
 
 
-class RecordingStore:
+class RecordingStore(ForwardingStore):
     """A :class:`~bookiesim.metadata.store.MetadataStore` for one client (see the module
     docstring). Closing it does not close the shared store."""
 
     def __init__(self, inner: MemoryStore, client: str, history: History) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.client = client
         self.history = history
-
-    @property
-    def uri(self) -> str:
-        return self.inner.uri
-
-    @property
-    def session_id(self) -> int:
-        return self.inner.session_id
-
-    async def get(self, path: str) -> Versioned | None:
-        return await self.inner.get(path)
-
-    async def children(self, path: str) -> list[str]:
-        return await self.inner.children(path)
-
-    def watch(self, path: str) -> AbstractAsyncContextManager[AsyncIterator[Change]]:
-        return self.inner.watch(path)
 
     async def create(
         self,
@@ -67,19 +48,19 @@ class RecordingStore:
         sequential: bool = False,
         make_parents: bool = False,
     ) -> str:
-        created = await self.inner.create(
+        created = await super().create(
             path, value, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
         )
         self._record(created, value)
         return created
 
     async def set(self, path: str, value: bytes, expected_version: int) -> int:
-        version = await self.inner.set(path, value, expected_version)
+        version = await super().set(path, value, expected_version)
         self._record(path, value)
         return version
 
-    async def delete(self, path: str, expected_version: int = -1) -> None:
-        await self.inner.delete(path, expected_version)
+    async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
+        await super().delete(path, expected_version)
         ledger_id = _ledger_of(path)
         if ledger_id is not None:
             self.history.metadata_written(self.client, ledger_id, None)

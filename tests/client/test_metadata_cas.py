@@ -11,54 +11,30 @@ conditional ``set``, lets "another client" update the same node.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from bookiesim.client import BookKeeper, LedgerFencedError
 from bookiesim.client.testing import LocalCluster
+from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata, LedgerState
-from bookiesim.metadata.store import Change, MetadataStore, Versioned
+from bookiesim.metadata.store import MetadataStore
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload
 
 Interference = Callable[[LedgerMetadata], LedgerMetadata]
 
 
-class InterferingStore:
+class InterferingStore(ForwardingStore):
     """A :class:`MetadataStore` that runs ``interfere`` on a ledger node right before the
     next ``armed`` conditional sets of it, as a concurrent client would."""
 
     def __init__(self, inner: MetadataStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.armed = 0
         self.interfere: Interference = lambda m: m
         self.interfered = 0
-
-    @property
-    def uri(self) -> str:
-        return self.inner.uri
-
-    @property
-    def session_id(self) -> int:
-        return self.inner.session_id
-
-    async def get(self, path: str) -> Versioned | None:
-        return await self.inner.get(path)
-
-    async def create(
-        self,
-        path: str,
-        value: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        make_parents: bool = False,
-    ) -> str:
-        return await self.inner.create(
-            path, value, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
-        )
 
     async def set(self, path: str, value: bytes, expected_version: int) -> int:
         if self.armed and "/L" in path:
@@ -69,18 +45,6 @@ class InterferingStore:
             await self.inner.set(path, other.to_bytes(), node.version)
             self.interfered += 1
         return await self.inner.set(path, value, expected_version)
-
-    async def delete(self, path: str, expected_version: int = -1) -> None:
-        await self.inner.delete(path, expected_version)
-
-    async def children(self, path: str) -> list[str]:
-        return await self.inner.children(path)
-
-    def watch(self, path: str) -> AbstractAsyncContextManager[AsyncIterator[Change]]:
-        return self.inner.watch(path)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 async def _writer(
