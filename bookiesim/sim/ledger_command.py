@@ -55,7 +55,14 @@ from bookiesim.sim.cluster_command import read_state
 from bookiesim.sim.local_cluster import ClusterError
 from bookiesim.sim.output import Column, LineWriter, StreamTable, make_console, quiet_broken_pipe
 
-__all__ = ["entry_json", "generated_payload", "metadata_json", "register", "run_action"]
+__all__ = [
+    "bytes_json",
+    "entry_json",
+    "generated_payload",
+    "metadata_json",
+    "register",
+    "run_action",
+]
 
 WRITE_WINDOW = 1000
 """Adds in flight at once during ``write`` (the client pipelines them)."""
@@ -80,7 +87,7 @@ def generated_payload(ledger_id: int, entry_id: int, size: int) -> bytes:
     return (prefix + filler)[:size]
 
 
-def _bytes_json(data: bytes) -> tuple[str, str]:
+def bytes_json(data: bytes) -> tuple[str, str]:
     """``(text, encoding)``: UTF-8 text when the bytes are that, else base64."""
     try:
         return data.decode("utf-8"), "utf-8"
@@ -89,7 +96,7 @@ def _bytes_json(data: bytes) -> tuple[str, str]:
 
 
 def entry_json(entry: LedgerEntry) -> dict[str, Any]:
-    text, encoding = _bytes_json(entry.payload)
+    text, encoding = bytes_json(entry.payload)
     return {
         "ledgerId": entry.ledger_id,
         "entryId": entry.entry_id,
@@ -105,7 +112,7 @@ def metadata_json(ledger_id: int, metadata: LedgerMetadata, version: int) -> dic
     upstream's own shell does)."""
     custom = {}
     for key, value in metadata.custom_metadata.items():
-        text, encoding = _bytes_json(value)
+        text, encoding = bytes_json(value)
         custom[key] = text if encoding == "utf-8" else {"base64": text}
     return {
         "ledgerId": ledger_id,

@@ -48,6 +48,7 @@ from bookiesim.mledger.position import Position
 from bookiesim.mledger.seek import SeekStrategy
 from bookiesim.sim.ledger_command import (
     CommandError,
+    bytes_json,
     generated_payload,
     metadata_uri,
     run_action,
@@ -99,10 +100,7 @@ def _entry_json(position: Position, payload: bytes) -> dict[str, Any]:
     out["publishTime"] = entry.metadata.publish_time
     out["brokerTimestamp"] = entry.broker_timestamp
     out["index"] = entry.index
-    try:
-        out["payload"], out["encoding"] = entry.payload.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        out["payload"], out["encoding"] = base64.b64encode(entry.payload).decode(), "base64"
+    out["payload"], out["encoding"] = bytes_json(entry.payload)
     return out
 
 

@@ -36,8 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def run(
     capsys: pytest.CaptureFixture[str], cluster: Path, *args: str, code: int = 0
 ) -> tuple[str, str]:
-    captured = capsys.readouterr()  # drop what earlier steps printed
-    del captured
+    capsys.readouterr()  # drop what earlier steps printed
     assert main(["ledger", *args, "--cluster", str(cluster)]) == code
     out = capsys.readouterr()
     return out.out, out.err
