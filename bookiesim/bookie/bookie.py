@@ -411,9 +411,11 @@ class Bookie:
         """
         state = self._handle(ledger_id, master_key)
         if state.fence_durable is None or state.fence_error is not None:
-            state.fence_error = None
+            # The earlier error stays until a new fence record is on its way: cleared before
+            # this check, a failed journal would leave the old (set) event looking durable.
             if self.journal.failed is not None:
                 raise BookieIOError(str(self.journal.failed))
+            state.fence_error = None
             newly = self.storage.set_fenced(ledger_id)
             state.fenced = True
             durable = state.fence_durable = trio.Event()

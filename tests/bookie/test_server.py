@@ -3,6 +3,8 @@ through a real socket."""
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from pathlib import Path
 
@@ -110,6 +112,30 @@ async def test_fence_survives_restart(tmp_path: Path) -> None:
         assert status(await c.add(1, 1, b"b", lac=0)) == "EFENCED"
         r = await c.read(1, 0)
         assert DigestManager(1, b"").verify(r.readResponse.body).payload == b"a"
+
+
+async def test_a_fence_that_failed_to_persist_is_never_answered_as_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the stateful simulation (tests/simulation/test_stateful.py): a disk filled
+    up during a recovery, the fence's journal write failed, and a later fencing read of the
+    same ledger was answered as if the fence were durable; after a restart the ledger was
+    not fenced (A2)."""
+    failing = True
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if failing and "journal" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "no space left (test)")
+        return real_pwrite(fd, data, offset)
+
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"a")
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        for _ in range(3):
+            assert status(await c.read(1, 0, fence=True)) == "EIO"
+            assert not svc.bookie.fence_is_durable(1)
+        failing = False  # let the bookie shut down
 
 
 async def test_long_poll_wakes_on_add_and_times_out(tmp_path: Path) -> None:
