@@ -198,44 +198,48 @@ class Writer(ClientActor):
             await trio.sleep(self.rng.expovariate(1 / self.settings.mean_gap))
 
     async def write_forever(self, stopping: trio.Event) -> None:
+        while not stopping.is_set() and not self.zombie:
+            await self.write_ledger(stopping)
+        self.finished = True
+
+    async def write_ledger(self, stopping: trio.Event, entries: int | None = None) -> None:
+        """Create one ledger, write ``entries`` entries (else a count drawn from the
+        settings) and usually close it."""
         history = self.cluster.history
         rng = self.rng
         s = self.settings
         assert self.bk is not None
-        while not stopping.is_set() and not self.zombie:
-            live = len(await self.bk.live_bookies())
-            shapes = [shape for shape in s.shapes if shape[0] <= live] or [(1, 1, 1)]
-            shape = rng.choice(shapes)
-            try:
-                lh = await self.bk.create_ledger(*shape)
-            except _Failure as exc:
-                self.trace(f"{self.name}: create failed: {_short(exc)}")
-                await trio.sleep(1.0)
-                continue
-            self.current = lh
-            history.writers[lh.ledger_id] = WriterRecord(self.name, lh)
+        live = len(await self.bk.live_bookies())
+        shapes = [shape for shape in s.shapes if shape[0] <= live] or [(1, 1, 1)]
+        shape = rng.choice(shapes)
+        try:
+            lh = await self.bk.create_ledger(*shape)
+        except _Failure as exc:
+            self.trace(f"{self.name}: create failed: {_short(exc)}")
+            await trio.sleep(1.0)
+            return
+        self.current = lh
+        history.writers[lh.ledger_id] = WriterRecord(self.name, lh)
+        self.trace(
+            f"{self.name}: created ledger {lh.ledger_id} E/Qw/Qa={shape} on {list(lh.ensemble)}"
+        )
+        count = rng.randint(*s.entries) if entries is None else entries
+        await self._write_ledger(lh, count, stopping)
+        if self.is_zombie():
             self.trace(
-                f"{self.name}: created ledger {lh.ledger_id} E/Qw/Qa={shape} on {list(lh.ensemble)}"
+                f"{self.name}: stopped mid-stream on ledger {lh.ledger_id} "
+                f"(pushed {lh.last_add_pushed}, LAC {lh.last_add_confirmed})"
             )
-            await self._write_ledger(lh, rng.randint(*s.entries), stopping)
-            if self.is_zombie():
-                self.trace(
-                    f"{self.name}: stopped mid-stream on ledger {lh.ledger_id} "
-                    f"(pushed {lh.last_add_pushed}, LAC {lh.last_add_confirmed})"
-                )
-                break
-            if lh.error is None and rng.random() < s.close_probability:
-                try:
-                    with trio.fail_after(60):
-                        await lh.close()
-                except _Failure as exc:
-                    self.trace(f"{self.name}: close of {lh.ledger_id} failed: {_short(exc)}")
-            else:
-                why = "left open" if lh.error is None else f"gave up: {_short(lh.error)}"
-                self.trace(
-                    f"{self.name}: ledger {lh.ledger_id} {why} at LAC {lh.last_add_confirmed}"
-                )
-        self.finished = True
+            return
+        if lh.error is None and rng.random() < s.close_probability:
+            try:
+                with trio.fail_after(60):
+                    await lh.close()
+            except _Failure as exc:
+                self.trace(f"{self.name}: close of {lh.ledger_id} failed: {_short(exc)}")
+        else:
+            why = "left open" if lh.error is None else f"gave up: {_short(lh.error)}"
+            self.trace(f"{self.name}: ledger {lh.ledger_id} {why} at LAC {lh.last_add_confirmed}")
 
 
 def _short(exc: BaseException) -> str:

@@ -20,8 +20,10 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 import trio.testing
@@ -37,7 +39,7 @@ from bookiesim.simulation.observe import Observer
 from bookiesim.simulation.plan import FAULT_KINDS, FaultPlan, Step, draw_plan
 from bookiesim.simulation.rng import SimRandom, deterministic_run
 
-__all__ = ["RunResult", "SimSettings", "run_simulation"]
+__all__ = ["RunResult", "SimSettings", "Simulation", "new_simulation", "run_simulation"]
 
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (3, 3, 2),
@@ -108,10 +110,30 @@ class RunResult:
         return self.violations[0] if self.violations else None
 
 
+_S = TypeVar("_S", bound="Simulation")
+
+
 def run_simulation(
     settings: SimSettings, plan: FaultPlan | None = None, root: Path | None = None
 ) -> RunResult:
     """Run one simulation (synchronously: it is its own ``trio.run``)."""
+    sim = new_simulation(Simulation, settings, plan, root)
+    started = time.perf_counter()
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    disk = SimDisk()
+    try:
+        with deterministic_run(settings.seed), disk.installed():
+            trio.run(sim.main, disk, clock=clock)
+    finally:
+        shutil.rmtree(sim.root, ignore_errors=True)
+    return sim.result(disk, time.perf_counter() - started)
+
+
+def new_simulation(
+    kind: type[_S], settings: SimSettings, plan: FaultPlan | None = None, root: Path | None = None
+) -> _S:
+    """A run's :class:`Simulation` (or subclass), its plan drawn from the seed unless given,
+    in a new work directory under ``root`` (``sim.root``: the caller removes it)."""
     rng = SimRandom(settings.seed)
     bookie_names = [f"bookie{n}" for n in range(1, settings.bookies + 1)]
     clients = [f"writer{n}" for n in range(1, settings.writers + 1)]
@@ -128,33 +150,7 @@ def run_simulation(
         )
     base = Path("/dev/shm") if root is None and Path("/dev/shm").is_dir() else root
     workdir = Path(tempfile.mkdtemp(prefix="bookiesim-sim-", dir=base))
-    history = History()
-    sim = Simulation(settings, plan, workdir, history, rng, clients)
-    started = time.perf_counter()
-    clock = trio.testing.MockClock(autojump_threshold=0)
-    disk = SimDisk()
-    try:
-        with deterministic_run(settings.seed), disk.installed():
-            trio.run(sim.main, disk, clock=clock)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    net = sim.cluster.net if sim.cluster is not None else None
-    return RunResult(
-        settings=settings,
-        plan=plan,
-        violations=list(history.violations),
-        trace=history.trace.lines,
-        simulated_seconds=sim.simulated,
-        wall_seconds=time.perf_counter() - started,
-        digest=net.digest if net is not None else "",
-        counters={
-            "frames": net.frames if net else 0,
-            "dropped": net.dropped if net else 0,
-            "metadata_writes": history.metadata_writes,
-            "ledgers": len(history.writers),
-            "syncs": disk.syncs,
-        },
-    )
+    return kind(settings, plan, workdir, History(), rng, clients)
 
 
 class Simulation:
@@ -186,6 +182,27 @@ class Simulation:
         self.steps_run = 0
         self._start = 0.0
 
+    def result(self, disk: SimDisk, wall_seconds: float) -> RunResult:
+        """What the run found and cost, once it is over."""
+        history = self.history
+        net = self.cluster.net if self.cluster is not None else None
+        return RunResult(
+            settings=self.settings,
+            plan=self.plan,
+            violations=list(history.violations),
+            trace=history.trace.lines,
+            simulated_seconds=self.simulated,
+            wall_seconds=wall_seconds,
+            digest=net.digest if net is not None else "",
+            counters={
+                "frames": net.frames if net else 0,
+                "dropped": net.dropped if net else 0,
+                "metadata_writes": history.metadata_writes,
+                "ledgers": len(history.writers),
+                "syncs": disk.syncs,
+            },
+        )
+
     def _config(self, name: str) -> ClientConfig:
         skew = self.plan.skews.get(name, 1.0)
         return ClientConfig(
@@ -196,7 +213,9 @@ class Simulation:
             write_close_grace=0.0,
         )
 
-    async def main(self, disk: SimDisk) -> None:
+    async def main(self, disk: SimDisk, drive: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Build the cluster and the clients, then run ``drive`` (the plan's step loop
+        unless given: :mod:`.stepper` drives a run from synchronous code instead)."""
         self._start = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
@@ -223,7 +242,7 @@ class Simulation:
                 for _ in range(self.settings.writers):
                     await self._new_writer()
                 self.observer = Observer(cluster, self.history)
-                await self._run_plan()
+                await (drive or self._run_plan)()
                 nursery.cancel_scope.cancel()
         finally:
             self.simulated = trio.current_time() - self._start
