@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint typecheck proto bench clean
+.PHONY: demo test fast lint typecheck proto bench campaign clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,27 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/bookiesim bench storage
+
+# The long fault campaign (docs/simulation.md), apart from `make test` (which runs a short
+# one and the bounded hypothesis state machine): CAMPAIGN_SEEDS seeds of the default plan
+# must all pass, and every bug switch that `sim faults --list-bugs` knows must be caught
+# within BUG_SEEDS seeds -- there exit code 1 ("a seed failed") is the success.
+CAMPAIGN_SEEDS ?= 200
+BUG_SEEDS ?= 30
+campaign: $(STAMP)
+	$(BIN)/bookiesim sim faults --seeds $(CAMPAIGN_SEEDS)
+	@bugs=$$($(BIN)/bookiesim sim faults --list-bugs --json \
+		| $(BIN)/python -c 'import json, sys; print(*(b["name"] for b in json.load(sys.stdin)))') \
+		|| exit 2; \
+	missed=""; \
+	for bug in $$bugs; do \
+		echo "== --inject-bug $$bug: must fail within $(BUG_SEEDS) seeds"; \
+		$(BIN)/bookiesim sim faults --seeds $(BUG_SEEDS) --inject-bug $$bug; code=$$?; \
+		if [ $$code -eq 1 ]; then echo "== $$bug: caught"; \
+		elif [ $$code -eq 0 ]; then echo "== $$bug: NOT caught"; missed="$$missed $$bug"; \
+		else echo "== $$bug: the campaign itself failed (exit $$code)"; exit $$code; fi; \
+	done; \
+	if [ -n "$$missed" ]; then echo "bug switches not caught:$$missed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
