@@ -651,6 +651,25 @@ class BookieConfig:
         meaning="Act as upstream does: active logs expire only lazily on writes, GC considers "
         "only logs below leastUnflushedLogId, write-close is not honoured.",
     )
+    unsafe_gc_below_least_unflushed_only: bool = _key(
+        _COMPAT,
+        "unsafeGcBelowLeastUnflushedOnly",
+        False,
+        bookiesim_only=True,
+        meaning="Testing only: re-create upstream #2728 — GC considers only logs below "
+        "leastUnflushedLogId (the GC half of upstreamBehaviour alone), so one long-lived "
+        "active log hides every newer log from GC.",
+    )
+    unsafe_entry_log_garbage_header: bool = _key(
+        _COMPAT,
+        "unsafeEntryLogGarbageHeader",
+        False,
+        bookiesim_only=True,
+        meaning="Testing only: re-create the data loss fixed by upstream PR #4607 — a new "
+        "log's header is not zero-filled (a recycled write buffer's bytes stay where the "
+        "ledgers-map offset and count live) and GC believes a header's ledgers map (count 0, "
+        "or no map where it points) instead of scanning the log.",
+    )
 
     def __post_init__(self) -> None:
         # Type checks first, so the rules below can trust the values; ints given for float

@@ -25,17 +25,20 @@ from bookiesim.gc.interfaces import Move, ScannedEntry
 __all__ = ["BookieGcStorage", "read_entry_log_metadata"]
 
 
-def read_entry_log_metadata(path: Path, log_id: int) -> EntryLogMetadata:
+def read_entry_log_metadata(
+    path: Path, log_id: int, trust_header: bool = False
+) -> EntryLogMetadata:
     """Metadata of a flushed log file. Blocking.
 
     A file shorter than the header holds no entry: entries start after byte 1024. Such
     files are left behind by a crash — a pooled log is created empty, and a preallocated
     log's header sits in its write buffer until first use — and count as empty, so GC
-    deletes them instead of failing on them every pass.
+    deletes them instead of failing on them every pass. ``trust_header`` is a bug switch
+    (:func:`~bookiesim.entrylog.metadata.extract_from_ledgers_map`).
     """
     if os.stat(path).st_size < HEADER_SIZE:
         return EntryLogMetadata(log_id)
-    return extract_metadata(path, log_id)
+    return extract_metadata(path, log_id, trust_header=trust_header)
 
 
 class BookieGcStorage:
@@ -74,7 +77,8 @@ class BookieGcStorage:
 
     async def entry_log_metadata(self, log_id: int) -> EntryLogMetadata:
         path = self.entry_logger.log_path(log_id)
-        return await run_blocking(read_entry_log_metadata, path, log_id)
+        trust = self.entry_logger.trusts_ledgers_map
+        return await run_blocking(read_entry_log_metadata, path, log_id, trust)
 
     async def remove_entry_log(self, log_id: int) -> int:
         try:

@@ -89,6 +89,12 @@ class ClientConfig:
     """Re-create upstream bug #2614 (BookKeeper ≤ 4.13): recovery reads entries without the
     fencing flag, so a zombie writer can still get an entry acknowledged that recovery
     declared missing. For fault campaigns only; never in real use."""
+    unsafe_recovery_below_last_ensemble: bool = False
+    """Re-create upstream bug #2615 (BookKeeper ≤ 4.13): recovery starts at the LAC the
+    fencing reads found, not floored at the last ensemble's first entry - 1, and reads each
+    entry from its own segment's bookies. Entries of an earlier segment are then re-added to
+    the last ensemble, and a failed re-add proposes an ensemble change below that segment
+    (invariant S5). For fault campaigns only; never in real use."""
 
 
 @dataclass(frozen=True)

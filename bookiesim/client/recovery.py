@@ -13,7 +13,8 @@ Steps (reference §7, invariants §2 "Recoverer", A4-A9):
    acknowledged. LAC := max(LAC in the returned entries' headers, first entry of the last
    ensemble - 1); the floor is upstream's fix for #2615 (invariants §5.2): entries before the
    last ensemble are settled, and starting lower would make recovery propose an ensemble
-   below an existing segment.
+   below an existing segment. ``unsafe_recovery_below_last_ensemble`` drops the floor (and
+   reads each entry from its own segment, as upstream did then) to re-create the bug.
 3. **Read forward** from LAC + 1, each entry from its write set in the last ensemble as it was
    at the start (A7). One good copy means the entry may have been acknowledged: it is
    re-added with RECOVERY_ADD (which a fenced bookie accepts) to its write set. Qw - Qa + 1
@@ -114,6 +115,9 @@ class _Recovery:
         self.dist = reader.dist
         self.first, self.ensemble = metadata.last_ensemble
         self.fence = not bk.config.unsafe_recovery_reads_without_fence
+        # #2615 re-created: no floor, and entries below the last segment read from their own
+        # segment (upstream's reads always followed the metadata; the floor made that moot).
+        self.unfloored = bk.config.unsafe_recovery_below_last_ensemble
         self.recovery_lac = -1
 
     def _error(self, message: str, entry_id: int | None = None) -> LedgerRecoveryError:
@@ -121,7 +125,8 @@ class _Recovery:
 
     async def run(self) -> ReadOnlyLedgerHandle:
         lac, lengths = await self._fence_last_ensemble()
-        lac = max(lac, self.first - 1)
+        if not self.unfloored:
+            lac = max(lac, self.first - 1)
         self.recovery_lac = lac
         log.info(
             "recovering ledger %d from entry %d (last ensemble %s from %d)",
@@ -356,7 +361,11 @@ class _EntryRead:
         self.parallel = False
 
     def ask(self, i: int) -> None:
-        bookie = self.recovery.ensemble[self.positions[i]]
+        recovery = self.recovery
+        ensemble = recovery.ensemble
+        if recovery.unfloored and self.entry_id < recovery.first:
+            ensemble = recovery.metadata.ensemble_at(self.entry_id)
+        bookie = ensemble[self.positions[i]]
         self.recovery.bk.pool.submit(bookie, self.request, partial(self.on_outcome, i, bookie))
 
     def on_outcome(self, i: int, bookie: str, outcome: Outcome) -> None:

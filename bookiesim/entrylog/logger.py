@@ -133,6 +133,10 @@ class EntryLogConfig(Protocol):
     def entry_log_preallocation_pool_size(self) -> int: ...
     @property
     def upstream_behaviour(self) -> bool: ...
+    @property
+    def unsafe_gc_below_least_unflushed_only(self) -> bool: ...
+    @property
+    def unsafe_entry_log_garbage_header(self) -> bool: ...
 
 
 class CheckpointPlan:
@@ -228,6 +232,10 @@ class EntryLogger:
     ``upstream_behaviour``, per-ledger logs expire only lazily on later adds
     (:meth:`expire_idle` does nothing), BP-32's write-close, fence and replication rotations
     are ignored, and :meth:`flushed_log_ids` offers GC only ids below leastUnflushedLogId.
+    Two switches re-create upstream bugs for fault campaigns (never for real use):
+    ``gc_below_pointer_only`` is that last part of ``upstream_behaviour`` alone (#2728), and
+    ``garbage_header`` leaves new logs' headers not zero-filled and makes
+    :meth:`entry_log_metadata` believe a header's ledgers map (the data loss of PR #4607).
     ``on_rotate`` is called for every rotation, on the thread that caused it; it must not
     raise.
     """
@@ -247,6 +255,8 @@ class EntryLogger:
         preallocation: bool = True,
         preallocation_pool_size: int = 0,
         upstream_behaviour: bool = False,
+        gc_below_pointer_only: bool = False,
+        garbage_header: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_rotate: Callable[[RotationEvent], None] | None = None,
     ) -> None:
@@ -260,9 +270,12 @@ class EntryLogger:
             flush_entrylog_bytes=flush_entrylog_bytes,
             writeback_bytes=writeback_bytes,
             on_rotate=on_rotate,
+            zero_headers=not garbage_header,
         )
         self._per_ledger = per_ledger
         self._upstream = upstream_behaviour
+        self._gc_below_pointer = upstream_behaviour or gc_below_pointer_only
+        self._trust_ledgers_map = garbage_header
         self._clock = clock
         fsync_before_roll = flush_entrylog_bytes > 0
         self._manager: EntryLogManager
@@ -310,6 +323,8 @@ class EntryLogger:
             preallocation=cfg.entry_log_file_preallocation_enabled,
             preallocation_pool_size=cfg.entry_log_preallocation_pool_size,
             upstream_behaviour=cfg.upstream_behaviour,
+            gc_below_pointer_only=cfg.unsafe_gc_below_least_unflushed_only,
+            garbage_header=cfg.unsafe_entry_log_garbage_header,
             clock=clock,
             on_rotate=on_rotate,
         )
@@ -323,6 +338,11 @@ class EntryLogger:
     @property
     def upstream_behaviour(self) -> bool:
         return self._upstream
+
+    @property
+    def trusts_ledgers_map(self) -> bool:
+        """The #4607 bug switch is on: ledgers maps are believed (whoever reads them)."""
+        return self._trust_ledgers_map
 
     @property
     def current_dirs(self) -> tuple[Path, ...]:
@@ -486,7 +506,7 @@ class EntryLogger:
         pointer while they are still being written (upstream would offer them to GC).
         """
         ids = sorted(list_log_ids(self._files.current_dirs))
-        if self._upstream:
+        if self._gc_below_pointer:
             pointer = self.least_unflushed_log_id
             ids = [i for i in ids if i < pointer]
         return self._files.flushed_among(ids)
@@ -544,7 +564,7 @@ class EntryLogger:
             path = reader.path if reader is not None else None
         if path is None:
             path = find_log_file(self._files.current_dirs, log_id)
-        return extract_metadata(path, log_id)
+        return extract_metadata(path, log_id, trust_header=self._trust_ledgers_map)
 
     # ---------------------------------------------------------------- introspection
 

@@ -192,6 +192,7 @@ class LogFiles:
         flush_entrylog_bytes: int = 0,
         writeback_bytes: int = 0,
         on_rotate: Callable[[RotationEvent], None] | None = None,
+        zero_headers: bool = True,
     ) -> None:
         if pool_size < 0:
             raise ValueError(f"pool_size must be at least 0, not {pool_size}")
@@ -234,6 +235,7 @@ class LogFiles:
         self._unpersisted_bound = max(0, flush_entrylog_bytes)
         self._writeback_bytes = max(0, writeback_bytes)
         self._on_rotate = on_rotate
+        self._zero_headers = zero_headers
         self._closed = False
 
     # ---------------------------------------------------------------- creating logs
@@ -329,6 +331,7 @@ class LogFiles:
             writeback_bytes=self._writeback_bytes,
             create=create,
             buffer=spare.pop() if spare else None,
+            zero_header=self._zero_headers,
         )
 
     def _allocate(self, dir_index: int) -> EntryLogWriter:

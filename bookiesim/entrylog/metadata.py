@@ -141,7 +141,7 @@ def _log_id_for(path: str | os.PathLike[str], log_id: int | None) -> int:
 
 
 def extract_from_ledgers_map(
-    path: str | os.PathLike[str], log_id: int | None = None
+    path: str | os.PathLike[str], log_id: int | None = None, *, trust_header: bool = False
 ) -> EntryLogMetadata:
     """Read the ledgers map of a sealed log (upstream ``extractEntryLogMetadataFromIndex``).
 
@@ -151,6 +151,13 @@ def extract_from_ledgers_map(
     the header's count. Records are read one at a time from the map offset until the end of
     the file or a size ``<= 0``, so a garbage offset cannot make this read a whole log into
     memory. ``FileNotFoundError`` if there is no such file.
+
+    ``trust_header=True`` re-creates the GC side of the data loss fixed by upstream PR #4607,
+    for fault campaigns only: whatever the header says is believed — a count of 0 is
+    accepted, the map is read from any offset but 0, a record that is not a map batch (or
+    an offset at or past the end) ends the map instead of failing, and the ledgers found are
+    not compared with the count. A never-sealed log whose header holds garbage then reads
+    as holding no ledger at all.
     """
     entry_log_id = _log_id_for(path, log_id)
     with EntryLogReader(path, entry_log_id) as reader:
@@ -168,7 +175,7 @@ def extract_from_ledgers_map(
                 offset=LEDGERS_MAP_OFFSET_POSITION,
                 path=where,
             )
-        if header.ledgers_count == 0:
+        if header.ledgers_count == 0 and not trust_header:
             raise EntryLogFormatError(
                 f"no ledgers map found in entry log {entry_log_id} (ledgers count 0), "
                 "do scan to double confirm",
@@ -176,7 +183,7 @@ def extract_from_ledgers_map(
                 path=where,
             )
         offset = header.ledgers_map_offset
-        if offset < HEADER_SIZE:
+        if offset < (0 if trust_header else HEADER_SIZE):
             raise EntryLogFormatError(
                 f"ledgers map offset {offset} points into the header",
                 offset=LEDGERS_MAP_OFFSET_POSITION,
@@ -210,9 +217,11 @@ def extract_from_ledgers_map(
                     meta.add_ledger_size(ledger_id, nbytes)
                 offset += 4 + rec_size
         except EntryLogFormatError as e:
-            raise e.with_path(where) from None
+            if not trust_header:
+                raise e.with_path(where) from None
+            # Believed: the map simply ends where the records stop looking like one.
         found = len(meta.ledgers)
-        if found != header.ledgers_count:
+        if found != header.ledgers_count and not trust_header:
             raise EntryLogFormatError(
                 f"not all ledgers were found in the ledgers map: header says "
                 f"{header.ledgers_count}, found {found}",
@@ -242,14 +251,17 @@ def _non_negative(ledger_id: int) -> bool:
     return ledger_id >= 0
 
 
-def extract_metadata(path: str | os.PathLike[str], log_id: int | None = None) -> EntryLogMetadata:
+def extract_metadata(
+    path: str | os.PathLike[str], log_id: int | None = None, *, trust_header: bool = False
+) -> EntryLogMetadata:
     """The ledgers map if it can be trusted, else a scan (upstream ``getEntryLogMetadata``).
 
     A missing file raises ``FileNotFoundError``; errors of the scan itself (a log shorter
     than its header, a wrong magic) propagate as :class:`EntryLogFormatError`.
+    ``trust_header``: see :func:`extract_from_ledgers_map` (a bug switch, never for real use).
     """
     try:
-        return extract_from_ledgers_map(path, log_id)
+        return extract_from_ledgers_map(path, log_id, trust_header=trust_header)
     except FileNotFoundError:
         raise
     except (EntryLogFormatError, OSError):

@@ -101,6 +101,7 @@ class EntryLogWriter:
         writeback_bytes: int = 0,
         create: bool = True,
         buffer: bytearray | None = None,
+        zero_header: bool = True,
     ) -> None:
         """Create ``<directory>/<hex log_id>.log``; it must not exist yet.
 
@@ -112,6 +113,10 @@ class EntryLogWriter:
         that many bytes handed to the OS (:mod:`.writeback`), so that fsyncs find little left.
         ``buffer``: a write buffer to reuse (of ``write_buffer_size`` bytes; its content does
         not matter), e.g. from :meth:`release_buffer` of a closed writer.
+        ``zero_header=False`` re-creates the bug fixed by upstream PR #4607, for fault
+        campaigns only: of the header only magic and version are written into the buffer,
+        so a reused buffer's old bytes stay where the ledgers-map offset and count live
+        until the log is sealed.
         """
         if write_buffer_size <= 0:
             raise ValueError(f"write buffer size must be positive, not {write_buffer_size}")
@@ -154,7 +159,11 @@ class EntryLogWriter:
         self._persisted = 0  # position known to be durable (fsynced)
         self._ledgers: dict[int, int] = {}
         if write_buffer_size > HEADER_SIZE:
-            buffer[:HEADER_SIZE] = _NEW_HEADER_BYTES
+            if zero_header:
+                buffer[:HEADER_SIZE] = _NEW_HEADER_BYTES
+            else:
+                at = LEDGERS_MAP_OFFSET_POSITION
+                buffer[:at] = _NEW_HEADER_BYTES[:at]
             self._fill = HEADER_SIZE
         else:
             self._copy_in(_NEW_HEADER_BYTES)

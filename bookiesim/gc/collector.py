@@ -430,6 +430,11 @@ class GarbageCollector:
     def ledgers_awaiting_reclaim(self) -> int:
         return sum(len(d.ledgers) for d in self._deletions)
 
+    def awaiting_reclaim(self) -> list[tuple[int, float]]:
+        """(ledger id, when this GC deleted it) for every deleted ledger whose bytes may
+        still be on disk (the simulation's liveness check RC bounds the wait)."""
+        return sorted((lid, d.at) for d in self._deletions for lid in d.ledgers)
+
     def status(self) -> dict[str, Any]:
         """Upstream's ``GarbageCollectionStatus`` fields, plus ours."""
         return {

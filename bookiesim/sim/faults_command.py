@@ -17,6 +17,7 @@ import sys
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bookiesim.sim.output import make_console
+from bookiesim.simulation.bugs import unknown_bugs
 from bookiesim.simulation.campaign import BUGS, failure_report, run_campaign
 from bookiesim.simulation.plan import FAULT_KINDS
 from bookiesim.simulation.runner import RunResult, SimSettings
@@ -49,8 +50,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--inject-bug",
-        choices=sorted(BUGS),
-        help="re-create a known upstream bug in our code for the campaign",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="re-create a known upstream bug in our code for the campaign (repeat it, or "
+        f"give a comma-separated list, for several): {', '.join(BUGS)}",
     )
     p.add_argument("--list-bugs", action="store_true", help="list the bugs --inject-bug knows")
     p.add_argument("--trace-lines", type=int, default=15, help="trace lines per failure (15)")
@@ -78,6 +82,9 @@ def _settings(args: argparse.Namespace) -> SimSettings:
         unknown = kinds - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault families {sorted(unknown)}; known: {FAULT_KINDS}")
+    bugs = frozenset(b for arg in args.inject_bug for b in arg.split(",") if b)
+    if unknown_bugs(bugs):
+        raise ValueError(f"unknown bugs {unknown_bugs(bugs)}; known: {', '.join(BUGS)}")
     return SimSettings(
         seed=args.seed,
         steps=args.steps,
@@ -85,7 +92,7 @@ def _settings(args: argparse.Namespace) -> SimSettings:
         writers=args.writers,
         recoverers=args.recoverers,
         faults=kinds,
-        unsafe_recovery_reads_without_fence=args.inject_bug == "recovery-reads-without-fence",
+        bugs=bugs,
     )
 
 

@@ -11,16 +11,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bookiesim.simulation.bugs import BUGS
 from bookiesim.simulation.runner import RunResult, SimSettings, run_simulation
 
 __all__ = ["BUGS", "CampaignResult", "failure_report", "run_campaign"]
-
-BUGS: dict[str, str] = {
-    "recovery-reads-without-fence": "upstream #2614 (BookKeeper <= 4.13): recovery reads do "
-    "not fence, so a writer still alive can get an entry acknowledged that recovery declared "
-    "missing — data loss, invariant S1",
-}
-"""Known upstream bugs the campaign can re-create in our code, by name."""
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """The invariants, as pure functions of a :class:`ClusterView`.
 
-Names follow ``reference/invariants.md`` (S1 to S7, A2) plus ours (D1, RD1, LU, FD, CHK). Each
-checker takes what was observed — a view of the metadata, every bookie and the history — and
-returns the violations it finds, so a test can hand one a made-up view that breaks it.
+Names follow ``reference/invariants.md`` (S1 to S7, A2) plus ours (D1, RD1, LU, FD, CHK,
+RC). Each checker takes what was observed — a view of the metadata, every bookie and the
+history — and returns the violations it finds, so a test can hand one a made-up view that
+breaks it.
 Observation (reading the real bookies) is :mod:`.observe`'s job; violations that can only
 be seen the moment they happen (A1, A12, S5, S7b) are recorded by the history as they occur.
 
@@ -14,6 +15,7 @@ it really does once the bookie is back).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -46,6 +48,8 @@ class BookieView:
     structure_errors: tuple[str, ...] = ()
     bad_payloads: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
+    awaiting_reclaim: tuple[tuple[int, float], ...] = ()
+    """(ledger, when its GC deleted it) for deleted ledgers whose bytes may still be on disk."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class ClusterView:
     acked: Mapping[str, Mapping[int, frozenset[int]]]
     """bookie → ledger → entries it acknowledged."""
     fence_acked: Mapping[str, frozenset[int]]
+    reclaim_bound: float = math.inf
+    """Seconds within which GC must reclaim a deleted ledger's bytes (RC)."""
 
     def stored(self, bookie: str, ledger_id: int) -> frozenset[int]:
         view = self.bookies.get(bookie)
@@ -253,6 +259,25 @@ def check_lu(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     return out
 
 
+def check_rc(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
+    """RC (ours, liveness): a bookie's GC reclaims a deleted ledger's bytes within
+    ``reclaim_bound`` seconds of deleting the ledger — also while some other ledger is being
+    written slowly for a long time (upstream #2728: GC blocked behind that ledger's log)."""
+    out = []
+    for b in view.bookies.values():
+        for lid, at in b.awaiting_reclaim:
+            if view.time - at > view.reclaim_bound:
+                out.append(
+                    (
+                        "RC",
+                        f"{b.bookie_id}: ledger {lid} deleted at {at:.1f} s, its bytes not "
+                        f"reclaimed after {view.reclaim_bound:g} s",
+                    )
+                )
+                break
+    return out
+
+
 def check_fd(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     """FD (ours): open files within their caps."""
     return [
@@ -281,6 +306,7 @@ CHECKERS: tuple[Callable[[ClusterView, CheckerMemory], list[Finding]], ...] = (
     check_lu,
     check_fd,
     check_structures,
+    check_rc,
 )
 
 

@@ -5,7 +5,8 @@ An up bookie is read through its own structures: ledgers, fence bits and LACs fr
 and handles, entry ids from the index, open descriptors against their caps, and each
 structure's ``_check()``. Entry bodies are read back (digest and payload checked: S4; a read
 that fails for a live ledger: RD1) only when the entry is new to us or moved (compaction),
-so the cost per step follows what changed, not what is stored.
+so the cost per step follows what changed, not what is stored — or when the log it was
+read from is gone (GC deleted it: a live entry there is lost, RD1).
 """
 
 from __future__ import annotations
@@ -18,11 +19,27 @@ from bookiesim.bookie.bookie import Bookie
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.simulation.actors import payload
-from bookiesim.simulation.cluster import SimBookie, SimCluster
+from bookiesim.simulation.cluster import SIM_BOOKIE_SETTINGS, SimBookie, SimCluster
 from bookiesim.simulation.history import History
 from bookiesim.simulation.invariants import BookieView, ClusterView
 
-__all__ = ["Observer"]
+__all__ = ["RECLAIM_BOUND", "Observer"]
+
+
+def _setting(key: str) -> float:
+    return float(SIM_BOOKIE_SETTINGS[key])  # type: ignore[arg-type]
+
+
+RECLAIM_BOUND = (
+    _setting("entrylogMapAccessExpiryTimeInSeconds")
+    + _setting("flushInterval") / 1000
+    + 2 * _setting("gcWaitTime") / 1000
+    + 10.0
+)
+"""RC's bound on delete-to-reclaim, in seconds: a deleted (closed) ledger's log is rotated
+by its write-close or at the latest by idle expiry, flushed by the next checkpoint and
+extracted by the next GC pass (two, in case a pass was running); 10 s of slack covers slow
+disks and long passes. 25 s with the simulation's settings."""
 
 
 class Observer:
@@ -48,6 +65,7 @@ class Observer:
                 for b, ledgers in history.bookie_acks.items()
             },
             fence_acked={b: frozenset(ls) for b, ls in history.fence_acks.items()},
+            reclaim_bound=RECLAIM_BOUND,
         )
 
     def _observe(self, sb: SimBookie, metadata: Mapping[int, LedgerMetadata]) -> BookieView:
@@ -79,6 +97,7 @@ class Observer:
         bad: list[str] = []
         unreadable: list[str] = []
         verified = self._verified.setdefault((sb.bookie_id, sb.incarnation), {})
+        logs = set(storage.entry_logger.log_ids())
         for lid in storage.ledger_ids():
             located = list(index.entries(lid))
             entries[lid] = frozenset(e for e, _ in located)
@@ -92,7 +111,7 @@ class Observer:
                         f"{sb.bookie_id}: ledger {lid} LAC unreadable: {self._describe(exc)}"
                     )
             for e, location in located:
-                if verified.get((lid, e)) != location:
+                if verified.get((lid, e)) != location or (location >> 32) not in logs:
                     verified[(lid, e)] = location
                     self._verify(sb, bookie, lid, e, lid in metadata, bad, unreadable)
         logger = storage.entry_logger
@@ -121,6 +140,7 @@ class Observer:
             structure_errors=tuple(_structure_errors(sb.name, bookie)),
             bad_payloads=tuple(bad),
             unreadable=tuple(unreadable),
+            awaiting_reclaim=tuple(bookie.gc.awaiting_reclaim()),
         )
 
     def _describe(self, exc: BaseException) -> str:

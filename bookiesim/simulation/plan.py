@@ -26,8 +26,11 @@ FAULT_KINDS: tuple[str, ...] = (
     "storm",
     "write_close",
     "skew",
+    "slow_ledger",
 )
-"""Fault families a plan may use (``--faults`` selects a subset)."""
+"""Fault families a plan may use (``--faults`` selects a subset). ``slow_ledger`` is
+workload rather than fault: one more client writes a ledger slowly for the whole run
+(:mod:`.slow_writer`); it draws nothing from the plan's stream."""
 
 ACTIONS: frozenset[str] = frozenset(
     {

@@ -31,6 +31,7 @@ import trio.testing
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.simulation.actors import ClientActor, Writer, WriterSettings
+from bookiesim.simulation.bugs import bookie_overrides, client_flags
 from bookiesim.simulation.cluster import SIM_BOOKIE_SETTINGS, SimCluster
 from bookiesim.simulation.disk import SimDisk
 from bookiesim.simulation.history import History, Violation
@@ -38,6 +39,7 @@ from bookiesim.simulation.invariants import CheckerMemory, check_all
 from bookiesim.simulation.observe import Observer
 from bookiesim.simulation.plan import FAULT_KINDS, FaultPlan, Step, draw_plan
 from bookiesim.simulation.rng import SimRandom, deterministic_run
+from bookiesim.simulation.slow_writer import SlowWriter
 
 __all__ = ["RunResult", "SimSettings", "Simulation", "new_simulation", "run_simulation"]
 
@@ -62,8 +64,9 @@ class SimSettings:
     faults: frozenset[str] = frozenset(FAULT_KINDS)
     gap: float = 1.0
     """Mean seconds between plan steps."""
-    unsafe_recovery_reads_without_fence: bool = False
-    """Re-create upstream #2614 in every client (the campaign must then find S1 broken)."""
+    bugs: frozenset[str] = frozenset()
+    """Upstream bugs re-created for the run, by name (:data:`.bugs.BUGS`); the campaign must
+    then find a violation."""
     shapes: tuple[tuple[int, int, int], ...] = DEFAULT_SHAPES
     request_timeout: float = 2.0
     stop_on_violation: bool = True
@@ -85,8 +88,7 @@ class SimSettings:
             parts.append(f"--recoverers {self.recoverers}")
         if self.faults != defaults.faults:
             parts.append(f"--faults {','.join(sorted(self.faults)) or 'none'}")
-        if self.unsafe_recovery_reads_without_fence:
-            parts.append("--inject-bug recovery-reads-without-fence")
+        parts.extend(f"--inject-bug {bug}" for bug in sorted(self.bugs))
         return " ".join(parts)
 
 
@@ -209,7 +211,7 @@ class Simulation:
             request_timeout=self.settings.request_timeout * skew,
             connect_timeout=self.settings.request_timeout / 2 * skew,
             seed=self.rng.derive(name),
-            unsafe_recovery_reads_without_fence=self.settings.unsafe_recovery_reads_without_fence,
+            **client_flags(self.settings.bugs),
             write_close_grace=0.0,
         )
 
@@ -226,6 +228,7 @@ class Simulation:
                     self.rng.stream("network"),
                     nursery,
                     disk=disk,
+                    overrides=bookie_overrides(self.settings.bugs),
                 )
                 self.cluster = cluster
                 cluster.net.faults.write_close_loss = self.plan.write_close_loss
@@ -241,6 +244,12 @@ class Simulation:
                     )
                 for _ in range(self.settings.writers):
                     await self._new_writer()
+                if "slow_ledger" in self.settings.faults:
+                    rng = self.rng.stream("slow")
+                    slow = SlowWriter(cluster, "slow", self._config("slow"), rng)
+                    await self._client(slow)
+                    slow.spawn(slow.write_forever)
+                    slow.spawn(slow.retention, self.stopping)
                 self.observer = Observer(cluster, self.history)
                 await (drive or self._run_plan)()
                 nursery.cancel_scope.cancel()

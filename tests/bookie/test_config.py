@@ -103,6 +103,9 @@ BOOKIESIM_KEYS: dict[str, object] = {
     "entryLogPreallocationPoolSize": 64,
     "entryLogWritebackBytes": 0,
     "upstreamBehaviour": False,
+    # Bug switches of the fault campaign (docs/simulation.md), off unless a campaign asks.
+    "unsafeGcBelowLeastUnflushedOnly": False,
+    "unsafeEntryLogGarbageHeader": False,
 }
 
 

@@ -68,7 +68,7 @@ def test_the_campaign_finds_2614_when_recovery_reads_do_not_fence() -> None:
     """Seed 11 with sick-bookie storms and recoveries only: S1 breaks with the bug switch
     on, and the same run is clean without it."""
     base = SimSettings(seed=11, steps=20, faults=frozenset({"storm", "recover"}))
-    unsafe = run_simulation(replace(base, unsafe_recovery_reads_without_fence=True))
+    unsafe = run_simulation(replace(base, bugs=frozenset({"recovery-reads-without-fence"})))
     assert unsafe.first_violation is not None
     assert unsafe.first_violation.invariant == "S1"
     assert run_simulation(base).violations == []
@@ -128,7 +128,12 @@ def test_cli_json_summary_is_the_last_line(capsys: pytest.CaptureFixture[str]) -
 def test_cli_lists_the_bug_switches(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["sim", "faults", "--list-bugs", "--json"]) == 0
     bugs = json.loads(capsys.readouterr().out)
-    assert [b["name"] for b in bugs] == ["recovery-reads-without-fence"]
+    assert [b["name"] for b in bugs] == [
+        "recovery-reads-without-fence",
+        "ensemble-change-below-existing",
+        "gc-trusts-empty-ledgers-map",
+        "gc-below-least-unflushed-only",
+    ]
 
 
 def test_a_failure_report_names_the_invariant_and_a_replay_command() -> None:
@@ -137,5 +142,5 @@ def test_a_failure_report_names_the_invariant_and_a_replay_command() -> None:
         "bookiesim sim faults --seed 19 --seeds 1 --steps 20 --bookies 4 --writers 1 "
         "--recoverers 2 --faults recover,storm"
     )
-    unsafe = replace(base, unsafe_recovery_reads_without_fence=True)
+    unsafe = replace(base, bugs=frozenset({"recovery-reads-without-fence"}))
     assert unsafe.replay_command().endswith("--inject-bug recovery-reads-without-fence")

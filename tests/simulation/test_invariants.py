@@ -4,6 +4,7 @@ without it: a checker that cannot fail would make every campaign pass."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from bookiesim.simulation.invariants import (
     check_d1,
     check_fd,
     check_lu,
+    check_rc,
     check_rd1,
     check_s1,
     check_s2,
@@ -198,3 +200,14 @@ def test_s5_proposal_below_an_existing_segment() -> None:
     assert history.violations == []
     history.proposed("recoverer", EnsembleProposal(7, 2, (B1, B2, B3), by_recovery=True))
     assert [v.invariant for v in history.violations] == ["S5"]
+
+
+def test_rc_deleted_ledger_not_reclaimed_within_the_bound() -> None:
+    waiting = {B1: _bookie(B1, awaiting_reclaim=((9, 1.0),)), B2: _bookie(B2), B3: _bookie(B3)}
+    view = replace(_view(_closed(), bookies=waiting), time=20.0, reclaim_bound=25.0)
+    assert check_rc(view, CheckerMemory()) == []  # 19 s: still within the bound
+    late = replace(view, time=26.5)
+    [(name, message)] = check_rc(late, CheckerMemory())
+    assert name == "RC"
+    assert "ledger 9" in message
+    assert check_rc(replace(late, reclaim_bound=float("inf")), CheckerMemory()) == []
