@@ -180,3 +180,28 @@ def test_consistency_finds_missing_and_unexpected_entries(
         "past last entry": 1,
         "not in write set": 1,
     }
+
+
+def test_inventory_counts_an_entry_held_twice_once(spark: SparkSession, tmp_path: Path) -> None:
+    """Recovery re-adds and compaction copies leave an entry in two logs: ``entries`` counts
+    it once, ``records`` and ``bytes`` twice; ids cross many 64-id blocks and start late."""
+    ledgers = tmp_path / "b1" / "ledgers"
+    first = [body(7, e) for e in range(200)] + [body(8, e) for e in range(5, 10)]
+    again = [body(7, e) for e in range(60, 71)] + [body(7, e) for e in range(300, 303)]
+    write_log(ledgers, 1, first)
+    write_log(ledgers, 2, again, torn=b"\x00\x00\x01\x00tail")
+    (ledgers / "current" / "3.log").write_bytes(b"not an entry log")
+    df = load(spark, tmp_path, problems="true", skipBadFiles="true")
+    summary = inventory(df, tmp_path / "out")
+    table = {
+        r["ledgerId"]: r for r in spark.read.parquet(str(tmp_path / "out" / "inventory")).collect()
+    }
+    seven, eight = table[7], table[8]
+    assert (seven["entries"], seven["records"]) == (203, 214)
+    assert seven["bytes"] == sum(len(b) + 4 for b in first[:200] + again)
+    assert (seven["firstEntryId"], seven["lastEntryId"], list(seven["logs"])) == (0, 302, [1, 2])
+    assert (eight["entries"], eight["records"], eight["firstEntryId"]) == (5, 5, 5)
+    assert (summary.entries, summary.records, summary.ledgers) == (208, 219, 2)
+    assert summary.torn_tails == 1
+    assert len(summary.skipped_files) == 1
+    assert "3.log" in summary.skipped_files[0]

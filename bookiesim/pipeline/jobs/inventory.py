@@ -34,23 +34,41 @@ class InventorySummary:
     skipped_files: list[str] = field(default_factory=list)
 
 
+# The entry's bit in its block's word (SQL: PySpark's shiftleft shifts by a constant only).
+_ID_BIT = "CASE WHEN entryId >= 0 THEN shiftleft(1L, CAST(entryId & 63 AS INT)) END"
+
+
 def aggregate(df: DataFrame) -> DataFrame:
     """Per (status, bookie, ledger): the inventory columns, plus problem bytes and errors.
 
-    Distinct entry ids are counted exactly with Spark's bitmap aggregates, in two steps
-    (per bucket of 32,768 ids, then per ledger): ``countDistinct`` beside the other
-    aggregates makes Spark duplicate every row first, which measured three times slower.
+    Three steps, so that the one that sees every row is a plain hash aggregate (sums, mins,
+    maxes and a bitwise OR: fixed-size buffers, code-generated) and the set-valued
+    aggregates only see its output:
+
+    1. per (status, bookie, ledger, log, block of 64 entry ids, error): the usual sums and
+       extremes, and the block's ids as one 64-bit word (``bit_or`` of ``1 << id % 64``);
+    2. per (status, bookie, ledger, block): the words OR-ed across logs, so an entry held
+       twice (re-added by recovery, copied by compaction) counts once, and the logs;
+    3. per (status, bookie, ledger): distinct entries as the sum of the words' bit counts.
+
+    Measured on 1 KiB entries (BENCHMARKS.md): set-valued aggregates over every row
+    (``collect_set`` of logs, Spark's bitmap aggregates, ``collect_list`` of errors) force
+    Spark's object hash aggregate, which falls back to sorting every row past 128 keys a
+    task, and took four times as long as the scan itself.
     """
     keys = ("status", "bookie", "ledgerId")
-    record = F.col("size").cast("long") + 4
     entry_id = F.when(F.col("entryId") >= 0, F.col("entryId"))
-    per_bucket = df.groupBy(*keys, F.bitmap_bucket_number(entry_id).alias("bucket")).agg(
-        F.bitmap_construct_agg(F.bitmap_bit_position(entry_id)).alias("ids"),
+    per_block = df.groupBy(
+        *keys,
+        "logId",
+        F.shiftright(entry_id, 6).alias("block"),
+        "error",
+    ).agg(
+        F.bit_or(F.expr(_ID_BIT)).alias("word"),
         F.count(F.lit(1)).alias("records"),
-        F.sum(record).alias("bytes"),
+        F.sum(F.col("size").cast("long") + 4).alias("bytes"),
         F.min("entryId").alias("firstEntryId"),
         F.max("entryId").alias("lastEntryId"),
-        F.collect_set("logId").alias("logs"),
         F.min("publishTime").alias("minPublishTime"),
         F.max("publishTime").alias("maxPublishTime"),
         F.min("brokerTimestamp").alias("minBrokerTimestamp"),
@@ -58,48 +76,66 @@ def aggregate(df: DataFrame) -> DataFrame:
         F.min("index").alias("minIndex"),
         F.max("index").alias("maxIndex"),
         F.sum("size").alias("problemBytes"),
-        F.collect_list("error").alias("errors"),
     )
-    return per_bucket.groupBy(*keys).agg(
-        F.sum(F.bitmap_count("ids")).alias("entries"),
-        F.sum("records").alias("records"),
-        F.sum("bytes").alias("bytes"),
+    extremes = [
         F.min("firstEntryId").alias("firstEntryId"),
         F.max("lastEntryId").alias("lastEntryId"),
-        F.array_sort(F.array_distinct(F.flatten(F.collect_list("logs")))).alias("logs"),
         F.min("minPublishTime").alias("minPublishTime"),
         F.max("maxPublishTime").alias("maxPublishTime"),
         F.min("minBrokerTimestamp").alias("minBrokerTimestamp"),
         F.max("maxBrokerTimestamp").alias("maxBrokerTimestamp"),
         F.min("minIndex").alias("minIndex"),
         F.max("maxIndex").alias("maxIndex"),
+    ]
+    per_entry_block = per_block.groupBy(*keys, "block").agg(
+        F.bit_or("word").alias("word"),
+        F.sum("records").alias("records"),
+        F.sum("bytes").alias("bytes"),
+        *extremes,
+        F.collect_set("logId").alias("logs"),
+        F.sum("problemBytes").alias("problemBytes"),
+        F.collect_list("error").alias("errors"),
+    )
+    return per_entry_block.groupBy(*keys).agg(
+        F.sum(F.coalesce(F.bit_count("word"), F.lit(0))).cast("long").alias("entries"),
+        F.sum("records").alias("records"),
+        F.sum("bytes").alias("bytes"),
+        *extremes,
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("logs")))).alias("logs"),
         F.sum("problemBytes").alias("problemBytes"),
         F.flatten(F.collect_list("errors")).alias("errors"),
     )
 
 
 def inventory(df: DataFrame, output: Path) -> InventorySummary:
-    """Write ``output/inventory`` (Parquet, one row per bookie and ledger)."""
+    """Write ``output/inventory`` (Parquet, one row per bookie and ledger, in one file sorted
+    by bookie and ledger).
+
+    Two Spark jobs: the write (which fills the cache) and one collect of the small result.
+    A global ``orderBy`` would add a sampling job over the input, and a collect per status
+    another pass each; on a few GiB those fixed costs were a third of the job.
+    """
     agg = aggregate(df).cache()
     try:
         rows = agg.where(F.col("status") == "entry").drop("status", "problemBytes", "errors")
-        rows.orderBy("bookie", "ledgerId").write.mode("overwrite").parquet(
+        rows.coalesce(1).sortWithinPartitions("bookie", "ledgerId").write.mode("overwrite").parquet(
             str(output / "inventory")
         )
         summary = InventorySummary()
-        for row in rows.select("bookie", "entries", "records", "bytes").collect():
-            summary.ledgers += 1
-            summary.entries += row["entries"]
-            summary.records += row["records"]
-            summary.bytes += row["bytes"]
-            per: dict[str, Any] = summary.by_bookie.setdefault(
-                row["bookie"], {"ledgers": 0, "entries": 0, "bytes": 0}
-            )
-            per["ledgers"] += 1
-            per["entries"] += row["entries"]
-            per["bytes"] += row["bytes"]
-        for row in agg.where(F.col("status") != "entry").collect():
-            if row["status"] == "torn":
+        wanted = ("status", "bookie", "entries", "records", "bytes", "problemBytes", "errors")
+        for row in agg.select(*wanted).collect():
+            if row["status"] == "entry":
+                summary.ledgers += 1
+                summary.entries += row["entries"]
+                summary.records += row["records"]
+                summary.bytes += row["bytes"]
+                per: dict[str, Any] = summary.by_bookie.setdefault(
+                    row["bookie"], {"ledgers": 0, "entries": 0, "bytes": 0}
+                )
+                per["ledgers"] += 1
+                per["entries"] += row["entries"]
+                per["bytes"] += row["bytes"]
+            elif row["status"] == "torn":
                 summary.torn_tails += row["records"]
                 summary.torn_bytes += row["problemBytes"] or 0
             else:
