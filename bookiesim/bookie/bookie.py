@@ -118,6 +118,8 @@ class Bookie:
             on_sync=self._on_journal_sync,
         )
         self._checkpoint_lock = trio.Lock()
+        self._persisted_mark: LogMark | None = None
+        """The mark the last checkpoint of this process wrote to every ledger dir."""
         self.gc = _garbage_collector(cfg, self)
         usage = self.gc.usage
         self.metrics.bind_gc_gauges(
@@ -216,12 +218,21 @@ class Bookie:
             started = trio.current_time()
             mark = self.journal.synced_mark
             await self.storage.checkpoint()
-            dirs = self.cfg.ledger_directories
-            await run_blocking(write_last_mark, dirs, mark)
-            journal_dir = self.cfg.effective_journal_directories[0]
-            await run_blocking(
-                journal_files.delete_old_journals, journal_dir, mark, self.cfg.journal_max_backups
-            )
+            # With no journal write since the last checkpoint (an idle bookie, every
+            # flushInterval), the same mark is on disk already and no journal became
+            # deletable: rewriting and fsyncing lastMark and listing the journal directory
+            # would change nothing.
+            if mark != self._persisted_mark:
+                dirs = self.cfg.ledger_directories
+                await run_blocking(write_last_mark, dirs, mark)
+                journal_dir = self.cfg.effective_journal_directories[0]
+                await run_blocking(
+                    journal_files.delete_old_journals,
+                    journal_dir,
+                    mark,
+                    self.cfg.journal_max_backups,
+                )
+                self._persisted_mark = mark
             self.metrics.checkpoint(trio.current_time() - started)
             return mark
 

@@ -683,6 +683,11 @@ class LedgerIndex:
         self._paths: dict[int, Path] = {}  # every ledger with an index, on disk or not yet
         self._files: dict[int, IndexFile] = {}  # loaded ledgers
         self._open: OrderedDict[int, IndexFile] = OrderedDict()  # open descriptors, LRU first
+        self._touched: set[int] = set()
+        """Ledgers changed since the last :meth:`flush_dirty`: only they can have anything
+        to write or sync, so a checkpoint's cost follows what changed, not how many ledgers
+        the bookie holds (an idle bookie with thousands of ledgers checkpoints every
+        second)."""
         self._scan()
 
     def _scan(self) -> None:
@@ -745,6 +750,7 @@ class LedgerIndex:
         path = index_path(self._dirs[ledger_id % len(self._dirs)], ledger_id)
         self._files[ledger_id] = IndexFile.create(path, ledger_id, master_key, tracker=self)
         self._paths[ledger_id] = path
+        self._touched.add(ledger_id)
 
     def delete_ledger(self, ledger_id: int) -> bool:
         """Forget the ledger and remove its file; False if there was none."""
@@ -761,12 +767,14 @@ class LedgerIndex:
 
     def set_fenced(self, ledger_id: int) -> bool:
         """Fence the ledger; True if it was not fenced before (then journal the fence)."""
+        self._touched.add(ledger_id)
         return self._get(ledger_id).set_fenced()
 
     def is_fenced(self, ledger_id: int) -> bool:
         return self._get(ledger_id).fenced
 
     def set_explicit_lac(self, ledger_id: int, blob: bytes) -> None:
+        self._touched.add(ledger_id)
         self._get(ledger_id).set_explicit_lac(blob)
 
     def get_explicit_lac(self, ledger_id: int) -> bytes | None:
@@ -777,6 +785,7 @@ class LedgerIndex:
         index_file = self._files.get(ledger_id)
         if index_file is None:
             index_file = self._get(ledger_id)
+        self._touched.add(ledger_id)
         index_file.set_location(entry_id, location)
 
     def get_location(self, ledger_id: int, entry_id: int) -> int:
@@ -826,14 +835,20 @@ class LedgerIndex:
         meanwhile) and must treat a failed sync as a failed checkpoint, as upstream does.
         Writes made after this call are flagged again and belong to the next checkpoint.
         """
-        self.flush()
+        touched = [f for lid in sorted(self._touched) if (f := self._files.get(lid)) is not None]
+        dirty = [f for f in touched if f.dirty]
+        dirty.sort(key=lambda f: not f.is_open)  # as in flush()
+        for index_file in dirty:
+            index_file.flush()
         files: list[Path] = []
         directories: dict[Path, None] = {}
-        for index_file in self._files.values():
+        for index_file in touched:
             if index_file._unsynced:
                 files.append(index_file.path)
                 index_file._unsynced = False
             directories.update(dict.fromkeys(index_file._take_new_dirs()))
+        # Only now: a flush that raised leaves every touched ledger for the next checkpoint.
+        self._touched.clear()
         return [*files, *directories]
 
     def close(self) -> None:
@@ -853,6 +868,8 @@ class LedgerIndex:
         for ledger_id, index_file in self._files.items():
             assert index_file.ledger_id == ledger_id
             assert self._paths[ledger_id] == index_file.path
+            if index_file.dirty or index_file.needs_sync:
+                assert ledger_id in self._touched, f"ledger {ledger_id} changed, not touched"
             index_file._check()
         for ledger_id, path in self._paths.items():
             assert any(path == index_path(d, ledger_id) for d in self._dirs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -83,7 +84,24 @@ def read_last_id(current_dir: str | os.PathLike[str]) -> int:
     return value if -(2**63) <= value < 2**63 else -1
 
 
+_LISTINGS: dict[str, tuple[int, list[int]]] = {}
+"""Directory → (its mtime when listed, the log ids in it then). GC lists the ledger dirs on
+every pass; with thousands of logs that listing, unchanged, was most of an idle bookie's
+work."""
+_RACY_NS = 1_000_000_000
+"""A directory changed this recently may change again within its file system's timestamp
+granularity without a new mtime (git's "racy" entries): its listing is not kept."""
+
+
 def _log_ids(current_dir: Path) -> list[int]:
+    key = os.fspath(current_dir)
+    try:
+        mtime = os.stat(key).st_mtime_ns
+    except FileNotFoundError:
+        return []
+    cached = _LISTINGS.get(key)
+    if cached is not None and cached[0] == mtime:
+        return list(cached[1])
     ids = []
     try:
         names = os.listdir(current_dir)
@@ -93,6 +111,8 @@ def _log_ids(current_dir: Path) -> list[int]:
         log_id = parse_log_file_name(name)
         if log_id is not None:
             ids.append(log_id)
+    if time.time_ns() - mtime > _RACY_NS:
+        _LISTINGS[key] = (mtime, list(ids))
     return ids
 
 

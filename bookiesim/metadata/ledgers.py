@@ -93,6 +93,11 @@ _INT64_MAX: Final = 2**63 - 1
 _SHORT_ID_LIMIT: Final = _INT32_MAX
 """Upstream's hybrid layout: ids below Integer.MAX_VALUE use the short (2/4/4) paths."""
 _BOOKIE_ID: Final = re.compile(r"[A-Za-z0-9_.:\-\[\]]+")
+# Path components of the ledger layouts, compiled once: GC walks every ledger path per pass.
+_TWO_DIGITS: Final = re.compile(r"\d{2}")
+_THREE_DIGITS: Final = re.compile(r"\d{3}")
+_FOUR_DIGITS: Final = re.compile(r"\d{4}")
+_LEAF: Final = re.compile(r"L\d{4}")
 
 
 class LedgerState(enum.IntEnum):
@@ -569,9 +574,9 @@ class LedgerManager:
         """Every ledger id with metadata, sorted (walks both path layouts)."""
         ids: list[int] = []
         for top in await self._children(self.root):
-            if re.fullmatch(r"\d{2}", top):
+            if _TWO_DIGITS.fullmatch(top):
                 depth = 1
-            elif re.fullmatch(r"\d{3}", top):
+            elif _THREE_DIGITS.fullmatch(top):
                 depth = 3
             else:
                 continue  # idgen, available, LAYOUT, ... live beside the ledgers
@@ -581,9 +586,9 @@ class LedgerManager:
     async def _walk(self, path: str, digits: str, depth: int, out: list[int]) -> None:
         for name in await self._children(path):
             if depth == 0:
-                if re.fullmatch(r"L\d{4}", name):
+                if _LEAF.fullmatch(name):
                     out.append(int(digits + name[1:]))
-            elif re.fullmatch(r"\d{4}", name):
+            elif _FOUR_DIGITS.fullmatch(name):
                 await self._walk(join_path(path, name), digits + name, depth - 1, out)
 
     async def _children(self, path: str) -> list[str]:

@@ -87,6 +87,7 @@ class SimDisk:
         self._links: dict[str, str] = {}
         """Hard links made (source → target): a descriptor opened on the source, unlinked
         since, writes to the target (the journal is created as ``.tmp`` then linked)."""
+        self._statvfs_roots: dict[str | bytes, DiskFaults | None] = {}
         self.syncs = 0
         self.observing = False
         """Set while the simulator reads a bookie's state: its reads may make the index
@@ -269,9 +270,15 @@ class SimDisk:
             self._files.pop(resolved, None)  # else the crash brings the file back
 
     def _statvfs(self, path: Any) -> os.statvfs_result:
-        real: os.statvfs_result = _REAL["statvfs"](path)
-        faults = self._root_of(os.path.realpath(os.fspath(path)) + os.sep)
+        key = os.fspath(path)
+        # Every bookie asks every diskCheckInterval for the same few directories: resolve
+        # each once (realpath is a syscall per component).
+        if key in self._statvfs_roots:
+            faults = self._statvfs_roots[key]
+        else:
+            faults = self._statvfs_roots[key] = self._root_of(os.path.realpath(key) + os.sep)
         if faults is None:
+            real: os.statvfs_result = _REAL["statvfs"](path)
             return real
         free = 0 if faults.full else _FAKE_BLOCKS * 9 // 10
         return os.statvfs_result(
