@@ -18,6 +18,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "bookiesim.sim.benchmarks.cluster",
     "bookiesim.sim.benchmarks.pipeline",
     "bookiesim.sim.benchmarks.seek",
+    "bookiesim.sim.benchmarks.sim",
 )
 
 
