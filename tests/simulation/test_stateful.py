@@ -9,8 +9,9 @@ GC, simulated disk and network, the plan's own step actions, ``check_all`` and t
 phase — one call at a time, with virtual time frozen between calls.
 
 The budget is bounded for ``make test`` (a few seconds per example, a handful of
-examples); ``make campaign`` is the long run. A test shows the machine can fail: an
-invariant broken on purpose is reported and shrunk.
+examples); ``make campaign`` is the long run. The last two tests show the machine can fail:
+an invariant broken on purpose is reported and shrunk, and the #2614 switch
+(``recovery-reads-without-fence``) is found by the storm and recovery rules.
 """
 
 from __future__ import annotations
@@ -233,6 +234,31 @@ def test_a_broken_invariant_is_reported_and_shrunk(monkeypatch: pytest.MonkeyPat
     with pytest.raises(AssertionError, match=r"UP: 10\.0\.0\.\d:3181 is down") as failure:
         run_state_machine_as_test(CrashOnly, settings=budget)
     assert "crashed" in str(failure.value)  # the trace came with it
+
+
+@pytest.mark.slow
+def test_the_machine_finds_2614_when_recovery_reads_do_not_fence() -> None:
+    """With the #2614 switch on and only storms and recoveries, S1 (data loss) breaks within
+    a fixed budget; derandomized, so the budget is the same on every run."""
+
+    class Unsafe(FaultMachine):
+        SETTINGS = replace(
+            SETTINGS,
+            writers=2,
+            faults=frozenset({"storm", "recover"}),
+            bugs=frozenset({"recovery-reads-without-fence"}),
+        )
+
+    budget = settings(
+        BUDGET,
+        max_examples=40,
+        stateful_step_count=12,
+        derandomize=True,
+        database=None,
+        phases=[Phase.generate],
+    )
+    with pytest.raises(AssertionError, match="S1"):
+        run_state_machine_as_test(Unsafe, settings=budget)
 
 
 def test_every_fault_family_has_a_rule() -> None:
