@@ -49,7 +49,8 @@ class BookieView:
     bad_payloads: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
     awaiting_reclaim: tuple[tuple[int, float], ...] = ()
-    """(ledger, when its GC deleted it) for deleted ledgers whose bytes may still be on disk."""
+    """(ledger, since when) for deleted ledgers whose bytes may still be on disk: when the
+    bookie's GC deleted the ledger, or the bookie last could not write, if later."""
 
 
 @dataclass(frozen=True)
@@ -261,8 +262,10 @@ def check_lu(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
 
 def check_rc(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     """RC (ours, liveness): a bookie's GC reclaims a deleted ledger's bytes within
-    ``reclaim_bound`` seconds of deleting the ledger — also while some other ledger is being
-    written slowly for a long time (upstream #2728: GC blocked behind that ledger's log)."""
+    ``reclaim_bound`` seconds of deleting the ledger (of writable time: the observer starts
+    the clock again after a full disk or a failed journal) — also while some other ledger is
+    being written slowly for a long time (upstream #2728: GC blocked behind that ledger's
+    log)."""
     out = []
     for b in view.bookies.values():
         for lid, at in b.awaiting_reclaim:
@@ -270,8 +273,8 @@ def check_rc(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
                 out.append(
                     (
                         "RC",
-                        f"{b.bookie_id}: ledger {lid} deleted at {at:.1f} s, its bytes not "
-                        f"reclaimed after {view.reclaim_bound:g} s",
+                        f"{b.bookie_id}: ledger {lid} deleted (or the disk writable again) "
+                        f"at {at:.1f} s, its bytes not reclaimed after {view.reclaim_bound:g} s",
                     )
                 )
                 break

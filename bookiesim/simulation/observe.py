@@ -11,6 +11,7 @@ read from is gone (GC deleted it: a live entry there is lost, RD1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import trio
@@ -49,6 +50,10 @@ class Observer:
         self.cluster = cluster
         self.history = history
         self._verified: dict[tuple[str, int], dict[tuple[int, int], int]] = {}
+        # bookie -> last time it was seen unable to write (disk full, journal failed): RC
+        # counts the time to reclaim from then on, since a GC that cannot seal or flush
+        # logs is blocked by the fault, not by a bug.
+        self._unhealthy: dict[str, float] = {}
         self._digests: dict[int, DigestManager] = {}
 
     def view(self) -> ClusterView:
@@ -140,8 +145,15 @@ class Observer:
             structure_errors=tuple(_structure_errors(sb.name, bookie)),
             bad_payloads=tuple(bad),
             unreadable=tuple(unreadable),
-            awaiting_reclaim=tuple(bookie.gc.awaiting_reclaim()),
+            awaiting_reclaim=self._awaiting_reclaim(sb, bookie),
         )
+
+    def _awaiting_reclaim(self, sb: SimBookie, bookie: Bookie) -> tuple[tuple[int, float], ...]:
+        now = trio.current_time()
+        if sb.faults.full or bookie.journal.failed is not None:
+            self._unhealthy[sb.bookie_id] = now
+        since = self._unhealthy.get(sb.bookie_id, -math.inf)
+        return tuple((lid, max(at, since)) for lid, at in bookie.gc.awaiting_reclaim())
 
     def _describe(self, exc: BaseException) -> str:
         """``repr(exc)`` without the run's temporary directory (traces must not differ
