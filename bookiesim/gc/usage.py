@@ -84,6 +84,15 @@ class EntryLogUsage:
         self._metas: dict[int, EntryLogMetadata] = {}
         # deleted ledger -> tracked logs that still hold its bytes
         self._dead: dict[int, set[int]] = {}
+        # ledger -> tracked logs that held it when added (a superset of where it is live:
+        # metas lose ledgers, never gain them). GC asks "which ledgers are gone" every pass;
+        # asked per ledger, not per (log, ledger) pair, it costs half as much with
+        # per-ledger logs and far less with interleaved ones.
+        self._holders: dict[int, set[int]] = {}
+        # Tracked logs that may have no live ledger left: a tracked meta loses ledgers only
+        # in remove_deleted_ledgers, so only the logs it touched (and empty ones added) need
+        # a look, not every tracked log every pass.
+        self._maybe_empty: set[int] = set()
         self.target_size = target_size
 
     def __contains__(self, log_id: int) -> bool:
@@ -105,26 +114,44 @@ class EntryLogUsage:
         if log_id in self._metas:
             raise ValueError(f"entry log {log_id:x} is tracked already")
         self._metas[log_id] = meta
+        if meta.is_empty:
+            self._maybe_empty.add(log_id)
+        for ledger_id in meta.ledgers:
+            self._holders.setdefault(ledger_id, set()).add(log_id)
         for ledger_id in dead_ledgers:
             self._dead.setdefault(ledger_id, set()).add(log_id)
 
     def remove_deleted_ledgers(self, exists: Callable[[int], bool]) -> int:
         """Drop every ledger for which ``exists`` is false from every log; return bytes."""
         freed = 0
-        for log_id, meta in self._metas.items():
-            gone = [ledger_id for ledger_id in meta.ledgers if not exists(ledger_id)]
-            for ledger_id in gone:
-                freed += meta.remove_ledger(ledger_id)
-                self._dead.setdefault(ledger_id, set()).add(log_id)
+        for ledger_id in [lid for lid in self._holders if not exists(lid)]:
+            for log_id in sorted(self._holders.pop(ledger_id)):
+                meta = self._metas.get(log_id)
+                if meta is not None and meta.contains_ledger(ledger_id):
+                    freed += meta.remove_ledger(ledger_id)
+                    self._dead.setdefault(ledger_id, set()).add(log_id)
+                    self._maybe_empty.add(log_id)
         return freed
 
     def empty_logs(self) -> list[int]:
         """Tracked logs with no live ledger left: the whole file is garbage."""
-        return sorted(log_id for log_id, meta in self._metas.items() if meta.is_empty)
+        metas = self._metas
+        self._maybe_empty = {
+            log_id
+            for log_id in self._maybe_empty
+            if (meta := metas.get(log_id)) is not None and meta.is_empty
+        }
+        return sorted(self._maybe_empty)
 
     def forget(self, log_id: int) -> EntryLogMetadata | None:
         """The log is gone (deleted or compacted): stop tracking it."""
         meta = self._metas.pop(log_id, None)
+        for ledger_id in meta.ledgers if meta is not None else ():
+            holders = self._holders.get(ledger_id)
+            if holders is not None:
+                holders.discard(log_id)
+                if not holders:
+                    del self._holders[ledger_id]
         for ledger_id in [lid for lid, logs in self._dead.items() if log_id in logs]:
             logs = self._dead[ledger_id]
             logs.discard(log_id)
@@ -175,6 +202,10 @@ class EntryLogUsage:
         for log_id, meta in self._metas.items():
             assert meta.entry_log_id == log_id
             meta._check()
+            if meta.is_empty:
+                assert log_id in self._maybe_empty, f"empty log {log_id:x} would not be found"
+            for ledger_id in meta.ledgers:
+                assert log_id in self._holders.get(ledger_id, ()), (ledger_id, log_id)
         for ledger_id, logs in self._dead.items():
             assert logs, ledger_id
             assert logs <= self._metas.keys(), (ledger_id, logs)
