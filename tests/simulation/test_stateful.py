@@ -226,7 +226,7 @@ def test_a_broken_invariant_is_reported_and_shrunk(monkeypatch: pytest.MonkeyPat
     budget = settings(
         BUDGET,
         max_examples=20,
-        stateful_step_count=4,
+        stateful_step_count=2,
         derandomize=True,
         database=None,
         phases=[Phase.generate, Phase.shrink],
