@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
-from bookiesim.metadata.store import ANY_VERSION, Change, MetadataStore, Versioned
+from bookiesim.metadata.store import (
+    ANY_VERSION,
+    Change,
+    MetadataStore,
+    Versioned,
+    store_change_number,
+)
 
 __all__ = ["ForwardingStore"]
 
@@ -54,6 +60,11 @@ class ForwardingStore:
 
     def watch(self, path: str) -> AbstractAsyncContextManager[AsyncIterator[Change]]:
         return self.inner.watch(path)
+
+    def change_number(self) -> int | None:
+        """The inner store's change number (see ``MemoryStore.change_number``), None if it
+        has none. Safe to forward: every change made through this store reaches ``inner``."""
+        return store_change_number(self.inner)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -62,7 +62,13 @@ from bookiesim.metadata.errors import (
     NoSuchLedgerError,
     SessionExpiredError,
 )
-from bookiesim.metadata.store import ANY_VERSION, MetadataStore, join_path, validate_path
+from bookiesim.metadata.store import (
+    ANY_VERSION,
+    MetadataStore,
+    join_path,
+    store_change_number,
+    validate_path,
+)
 from bookiesim.proto import DataFormats_pb2 as pb
 
 __all__ = [
@@ -471,7 +477,8 @@ UpdateFn = Callable[[LedgerMetadata], LedgerMetadata | None]
 class LedgerManager:
     """Ledger ids and metadata on a metadata store (upstream's LedgerManager + id generator).
 
-    Every method is one or a few store operations; there is no cache, so two managers (two
+    Every method is one or a few store operations; there is no cache (except a listing
+    reused while the store's exact change number says nothing changed), so two managers (two
     processes) on the same store always see each other's writes, and conflicts surface as
     ``BadVersionError`` for the caller — or :meth:`update_with_retry` — to resolve.
     """
@@ -480,6 +487,9 @@ class LedgerManager:
         self.store = store
         self.root = validate_path(root)
         self._idgen_prefix = join_path(root, "idgen/ID-")
+        # (store change number, ledger ids) of the last complete walk that no change
+        # overlapped; see list_ledgers.
+        self._listed: tuple[int, list[int]] | None = None
 
     def path_of(self, ledger_id: int) -> str:
         """The node holding ``ledger_id``'s metadata (watch it to see the ledger close)."""
@@ -571,7 +581,29 @@ class LedgerManager:
             raise NoSuchLedgerError(ledger_id, path) from None
 
     async def list_ledgers(self) -> list[int]:
-        """Every ledger id with metadata, sorted (walks both path layouts)."""
+        """Every ledger id with metadata, sorted (walks both path layouts).
+
+        Exact, never stale: a store with an exact change number
+        (:func:`~bookiesim.metadata.store.store_change_number`; the in-memory one) lets the
+        last walk be reused while that number is unchanged. The walk is kept only if the
+        number was the same before and after it, so it is a snapshot of that one state of
+        the tree, and an equal number later means the same tree (no ledger created or
+        deleted). ZooKeeper and SQLite have none: every call walks, as before. GC's
+        scan-and-compare (``bookiesim.gc.ledgers``) therefore sees a deletion on its next
+        pass either way.
+        """
+        before = store_change_number(self.store)
+        listed = self._listed
+        if before is not None and listed is not None and listed[0] == before:
+            return list(listed[1])
+        ids = await self._walk_ledgers()
+        if before is not None and store_change_number(self.store) == before:
+            self._listed = (before, ids)
+            return list(ids)
+        self._listed = None
+        return ids
+
+    async def _walk_ledgers(self) -> list[int]:
         ids: list[int] = []
         for top in await self._children(self.root):
             if _TWO_DIGITS.fullmatch(top):

@@ -169,6 +169,16 @@ class MemoryStore:
         self._closed = True
         self._broadcast()
 
+    def change_number(self) -> int:
+        """A number that differs from any earlier answer once any node was created, set or
+        deleted (the store-wide zxid: every change in :meth:`_insert`, :meth:`set` and
+        :meth:`_remove` bumps it, and nothing else touches the tree). Equal answers mean an
+        identical tree, so a reader may reuse what it read in between (see
+        :meth:`~bookiesim.metadata.ledgers.LedgerManager.list_ledgers`). Raises when closed,
+        like every other call."""
+        self._require_open()
+        return self._zxid
+
     # --- internals ------------------------------------------------------------------------
 
     def _require_open(self) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "basename",
     "join_path",
     "parent_path",
+    "store_change_number",
     "validate_path",
 ]
 
@@ -167,6 +168,20 @@ class MetadataStore(Protocol):
         closed when its block ends.
         """
         ...
+
+
+def store_change_number(store: object) -> int | None:
+    """The store's change number if it keeps one exactly, else None (ZooKeeper, SQLite).
+
+    An optional capability, not part of :class:`MetadataStore`: a store that has
+    ``change_number()`` promises that two equal answers mean no node was created, changed or
+    deleted in between. A store without it (or answering None) is always "maybe changed".
+    """
+    method = getattr(store, "change_number", None)
+    if method is None:
+        return None
+    number = method()
+    return number if isinstance(number, int) else None
 
 
 # --- paths ------------------------------------------------------------------------------
