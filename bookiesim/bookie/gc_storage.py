@@ -9,7 +9,7 @@ compaction's fsyncs and index updates never interleave with a checkpoint's.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Container, Sequence
 from pathlib import Path
 
 import trio
@@ -61,13 +61,19 @@ class BookieGcStorage:
     def ledger_exists(self, ledger_id: int) -> bool:
         return self.storage.ledger_exists(ledger_id)
 
+    def deletion_cursor(self) -> tuple[int, int]:
+        return self.storage.deletion_cursor()
+
+    def deleted_since(self, cursor: tuple[int, int]) -> list[int] | None:
+        return self.storage.deleted_since(cursor)
+
     def delete_ledger(self, ledger_id: int) -> None:
         self.storage.delete_ledger(ledger_id)
         if self._on_ledger_deleted is not None:
             self._on_ledger_deleted(ledger_id)
 
-    def flushed_log_ids(self) -> list[int]:
-        return self.entry_logger.flushed_log_ids()
+    def flushed_log_ids(self, skip: Container[int] = ()) -> list[int]:
+        return self.entry_logger.flushed_log_ids(skip)
 
     def log_ids(self) -> list[int]:
         return self.entry_logger.log_ids()

@@ -54,7 +54,7 @@ import os
 import struct
 import sys
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +86,10 @@ LAC_METADATA_LENGTH: Final = 16
 """An explicit LAC blob holds at least ledgerId and lac (upstream rejects 1..15 bytes)."""
 MAX_LOCATION: Final = 2**63 - 1
 DEFAULT_MAX_OPEN_FILES: Final = 900
+_DELETION_HISTORY: Final = 65536
+"""Ledger deletions remembered for :meth:`LedgerIndex.deleted_since`; beyond that its
+caller falls back to checking every ledger."""
+_INDEX_EPOCHS = itertools.count(1)
 """Upstream's ``openFileLimit`` default."""
 
 _SLOT: Final = 8
@@ -688,6 +692,11 @@ class LedgerIndex:
         to write or sync, so a checkpoint's cost follows what changed, not how many ledgers
         the bookie holds (an idle bookie with thousands of ledgers checkpoints every
         second)."""
+        # Deletions: how many so far, the most recent ids, and an epoch no other index
+        # shares, so that a cursor of this index never matches another's count.
+        self._epoch = next(_INDEX_EPOCHS)
+        self._deletions = 0
+        self._recent_deletions: deque[int] = deque(maxlen=_DELETION_HISTORY)
         self._scan()
 
     def _scan(self) -> None:
@@ -752,8 +761,27 @@ class LedgerIndex:
         self._paths[ledger_id] = path
         self._touched.add(ledger_id)
 
+    def deletion_cursor(self) -> tuple[int, int]:
+        """Where the deletions stand now, for :meth:`deleted_since`."""
+        return self._epoch, self._deletions
+
+    def deleted_since(self, cursor: tuple[int, int]) -> list[int] | None:
+        """Ledgers deleted after ``cursor`` was taken (oldest first, maybe repeated), or
+        None if that is no longer known (too many since, or the cursor is another
+        index's). :meth:`delete_ledger` is the only way a ledger stops existing here
+        (:meth:`exists` is membership in ``_paths``, which only it shrinks), so a ledger
+        that existed when the cursor was taken and does not now is in the list."""
+        epoch, count = cursor
+        missed = self._deletions - count
+        if epoch != self._epoch or not 0 <= missed <= len(self._recent_deletions):
+            return None
+        recent = self._recent_deletions
+        return [recent[i] for i in range(len(recent) - missed, len(recent))]
+
     def delete_ledger(self, ledger_id: int) -> bool:
         """Forget the ledger and remove its file; False if there was none."""
+        self._deletions += 1
+        self._recent_deletions.append(ledger_id)
         path = self._paths.pop(ledger_id, None)
         index_file = self._files.pop(ledger_id, None)
         if index_file is not None:

@@ -106,6 +106,12 @@ class LedgerStorage:
     def delete_ledger(self, ledger_id: int) -> bool:
         return self.index.delete_ledger(ledger_id)
 
+    def deletion_cursor(self) -> tuple[int, int]:
+        return self.index.deletion_cursor()
+
+    def deleted_since(self, cursor: tuple[int, int]) -> list[int] | None:
+        return self.index.deleted_since(cursor)
+
     def _require(self, ledger_id: int) -> None:
         if not self.index.exists(ledger_id):
             raise NoLedgerError(ledger_id)

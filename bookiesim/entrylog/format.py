@@ -26,6 +26,7 @@ Everything here works on ``bytes``; the writer, reader and scanner modules do th
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Iterator, Mapping
@@ -184,11 +185,13 @@ def log_file_name(log_id: int) -> str:
     return f"{log_id:x}{LOG_FILE_SUFFIX}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_log_file_name(name: str) -> int | None:
     """The log id of an entry log file name, or None if ``name`` is not one.
 
     Accepts upper-case hex as upstream does; ids beyond ``MAX_LOG_ID`` are not entry logs
-    this code could have written and yield None.
+    this code could have written and yield None. A pure function of the name, so cached:
+    GC lists the ledger dirs every pass and used to parse the same names again each time.
     """
     m = _LOG_FILE_NAME.fullmatch(name)
     if m is None:

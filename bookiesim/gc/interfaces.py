@@ -12,7 +12,7 @@ file work in a worker thread (or inline under virtual time); the others must be 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Container, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,8 +53,18 @@ class GcStorage(Protocol):
         """Drop the ledger's index and in-memory state (upstream ``deleteLedger``)."""
         ...
 
-    def flushed_log_ids(self) -> list[int]:
-        """Logs GC may touch: durable and closed (see ``EntryLogger.flushed_log_ids``)."""
+    def deletion_cursor(self) -> tuple[int, int]:
+        """An opaque mark of the local ledger deletions so far (for :meth:`deleted_since`)."""
+        ...
+
+    def deleted_since(self, cursor: tuple[int, int]) -> list[int] | None:
+        """Every ledger deleted locally since ``cursor`` was taken (by anyone), or None if
+        that is not known: then the caller must assume any ledger may be gone."""
+        ...
+
+    def flushed_log_ids(self, skip: Container[int] = ()) -> list[int]:
+        """Logs GC may touch: durable and closed (see ``EntryLogger.flushed_log_ids``),
+        except those in ``skip``."""
         ...
 
     def log_ids(self) -> list[int]:

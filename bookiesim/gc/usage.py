@@ -20,7 +20,7 @@ threshold lowest bucket first, so the emptiest logs are rewritten first when tim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, KeysView
 from dataclasses import dataclass
 
 from bookiesim.entrylog.metadata import EntryLogMetadata
@@ -95,8 +95,13 @@ class EntryLogUsage:
         self._maybe_empty: set[int] = set()
         self.target_size = target_size
 
-    def __contains__(self, log_id: int) -> bool:
+    def __contains__(self, log_id: object) -> bool:
         return log_id in self._metas
+
+    @property
+    def log_ids(self) -> KeysView[int]:
+        """The tracked log ids: a live view, cheap to test membership in."""
+        return self._metas.keys()
 
     def __len__(self) -> int:
         return len(self._metas)
@@ -121,10 +126,20 @@ class EntryLogUsage:
         for ledger_id in dead_ledgers:
             self._dead.setdefault(ledger_id, set()).add(log_id)
 
-    def remove_deleted_ledgers(self, exists: Callable[[int], bool]) -> int:
-        """Drop every ledger for which ``exists`` is false from every log; return bytes."""
+    def remove_deleted_ledgers(
+        self, exists: Callable[[int], bool], candidates: Iterable[int] | None = None
+    ) -> int:
+        """Drop every ledger for which ``exists`` is false from every log; return bytes.
+
+        ``candidates``: if given, only these ledgers are asked about; the caller promises
+        that every other tracked ledger still exists (see ``GarbageCollector._reclaim``)."""
         freed = 0
-        for ledger_id in [lid for lid in self._holders if not exists(lid)]:
+        holders = self._holders
+        if candidates is None:
+            gone = [lid for lid in holders if not exists(lid)]
+        else:
+            gone = [lid for lid in dict.fromkeys(candidates) if lid in holders and not exists(lid)]
+        for ledger_id in gone:
             for log_id in sorted(self._holders.pop(ledger_id)):
                 meta = self._metas.get(log_id)
                 if meta is not None and meta.contains_ledger(ledger_id):
