@@ -137,3 +137,19 @@ def test_bench_pipeline_reports_one_and_two_cores(tmp_path: Path) -> None:
         "oneCoreVsScanner": None,
     }
     assert list(tmp_path.iterdir()) == []
+
+
+def test_spark_run_pins_itself_to_the_cores_it_is_given() -> None:
+    import os
+
+    from bookiesim.sim.benchmarks.spark_run import pin_to_cpus
+
+    before = os.sched_getaffinity(0)
+    try:
+        chosen = pin_to_cpus(1)
+        assert os.sched_getaffinity(0) == set(chosen)
+        assert len(chosen) == 1
+        with pytest.raises(ValueError, match="CPUs asked for"):
+            pin_to_cpus(len(before) + 1)
+    finally:
+        os.sched_setaffinity(0, before)

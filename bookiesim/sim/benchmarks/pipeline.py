@@ -10,9 +10,11 @@ Per repetition, each after dropping the logs from the page cache:
 
 1. raw read: every log read sequentially in 1 MiB reads, one process;
 2. scanner: every log scanned with bodies by the project's batch scanner, one process;
-3. Spark inventory with ``local[1]``, then with ``local[2]``: from the job's start to its
-   Parquet written. The Spark session is started, and warmed up by the same job on one log
-   (Python workers started, the JVM's JIT at work), before the clock starts.
+3. Spark inventory with ``local[1]`` pinned to one CPU, then with ``local[2]`` on two, each
+   in a process of its own (:mod:`.spark_run`: the JVM and its Python workers inherit the
+   CPU set, so one core is one core): from the job's start to its Parquet written. The
+   Spark session is started, and warmed up by the same job on one log (Python workers
+   started, the JVM's JIT at work), before the clock starts.
 
 Figures are MB/s of log bytes and rows/s of entries. Targets: 2 cores at least 1.6 times one
 core; Spark's MB/s per core at least 50% of the raw read. Pulsar decoding is on, as in the
@@ -23,13 +25,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import shutil
+import json
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bookiesim.client.digest import DigestManager
 from bookiesim.entrylog.reader import EntryLogReader
@@ -111,8 +113,6 @@ def run_pipeline_benchmark(
     step: Callable[[str], None],
     entry_size: int = ENTRY_SIZE,
 ) -> dict[str, Figure]:
-    from bookiesim.pipeline.jobs.inventory import inventory
-    from bookiesim.pipeline.session import spark_session
 
     specs = [
         ("rawReadMb", "raw read", "MB/s"),
@@ -133,53 +133,44 @@ def run_pipeline_benchmark(
     # flatter whatever comes second (see the storage benchmark).
     for f in files:
         raw_sequential_read(f)
-    sessions: dict[int, Any] = {}
-    try:
-        for run in range(1, repeats + 1):
-            step(f"run {run}: raw read")
-            seconds = sum(raw_sequential_read(f).seconds for f in files)
-            figures["rawReadMb"].runs.append(nbytes / seconds / 1e6)
+    for run in range(1, repeats + 1):
+        step(f"run {run}: raw read")
+        seconds = sum(raw_sequential_read(f).seconds for f in files)
+        figures["rawReadMb"].runs.append(nbytes / seconds / 1e6)
 
-            step(f"run {run}: scanner")
-            _drop(files)
-            started = time.perf_counter()
-            for f in files:
-                with EntryLogReader(f) as reader:
-                    for _batch in scan_entry_log_batches(reader):
-                        pass
-            seconds = time.perf_counter() - started
-            figures["scannerMb"].runs.append(nbytes / seconds / 1e6)
-            figures["scannerRows"].runs.append(entries / seconds)
+        step(f"run {run}: scanner")
+        _drop(files)
+        started = time.perf_counter()
+        for f in files:
+            with EntryLogReader(f) as reader:
+                for _batch in scan_entry_log_batches(reader):
+                    pass
+        seconds = time.perf_counter() - started
+        figures["scannerMb"].runs.append(nbytes / seconds / 1e6)
+        figures["scannerRows"].runs.append(entries / seconds)
 
-            for cores in (1, 2):
-                step(f"run {run}: Spark inventory, {cores} core(s)")
-                if cores not in sessions:
-                    for other in sessions.values():
-                        other.stop()
-                    sessions.clear()
-                    sessions[cores] = spark_session(f"local[{cores}]", app_name="bench")
-                    # Warm-up on one log: Python workers started, JIT done, files cached
-                    # in no particular way (dropped below anyway).
-                    warm = sessions[cores].read.format("entrylog").load(str(files[0]))
-                    inventory(warm, work / "warm-up")
-                    shutil.rmtree(work / "warm-up")
-                spark = sessions[cores]
-                _drop(files)
-                out = work / f"out-{cores}"
-                started = time.perf_counter()
-                df = spark.read.format("entrylog").load(str(work / "bookie"))
-                summary = inventory(df, out)
-                seconds = time.perf_counter() - started
-                if summary.entries != entries:
-                    raise RuntimeError(f"inventory saw {summary.entries} entries, not {entries}")
-                shutil.rmtree(out)
-                figures[f"spark{cores}Mb"].runs.append(nbytes / seconds / 1e6)
-                figures[f"spark{cores}Rows"].runs.append(entries / seconds)
-            figures["spark2MbPerCore"].runs.append(figures["spark2Mb"].runs[-1] / 2)
-    finally:
-        for session in sessions.values():
-            session.stop()
+        for cores in (1, 2):
+            step(f"run {run}: Spark inventory, {cores} core(s)")
+            seconds = _spark_inventory_seconds(work, cores, entries)
+            figures[f"spark{cores}Mb"].runs.append(nbytes / seconds / 1e6)
+            figures[f"spark{cores}Rows"].runs.append(entries / seconds)
+        figures["spark2MbPerCore"].runs.append(figures["spark2Mb"].runs[-1] / 2)
     return figures
+
+
+def _spark_inventory_seconds(work: Path, cores: int, entries: int) -> float:
+    """One inventory in a process of its own pinned to ``cores`` CPUs (:mod:`.spark_run`)."""
+    scratch = work / f"spark-{cores}"
+    scratch.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "bookiesim.sim.benchmarks.spark_run"]
+    command += ["--cores", str(cores), "--root", str(work / "bookie"), "--work", str(scratch)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"Spark inventory on {cores} core(s) failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["entries"] != entries:
+        raise RuntimeError(f"inventory saw {result['entries']} entries, not {entries}")
+    return float(result["seconds"])
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,0 +1,71 @@
+"""One timed Spark inventory run on a given number of CPUs, as its own process.
+
+``bookiesim bench pipeline`` starts this module once per (repetition, core count) so that
+"one core" means one: the process pins itself to the first ``--cores`` CPUs it may use
+(``sched_setaffinity``) before Spark starts, and the JVM, its task threads and the Python
+workers it forks inherit that set. Within one process ``local[1]`` alone would still spread
+over two CPUs (the JVM's task thread beside the Python worker feeding it), which flatters
+the one-core figure and so the scaling ratio.
+
+Prints one JSON line: ``{"seconds": S, "entries": N}``; the clock covers the job from the
+read to its Parquet written, after a warm-up on one log and after the logs were dropped from
+the page cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from bookiesim.sim.benchmarks.baseline import drop_page_cache
+
+
+def pin_to_cpus(count: int) -> list[int]:
+    """Restrict this process (and what it starts later) to ``count`` of its CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if count > len(allowed):
+        raise ValueError(f"{count} CPUs asked for, {len(allowed)} available")
+    chosen = allowed[:count]
+    os.sched_setaffinity(0, chosen)
+    return chosen
+
+
+def timed_inventory(root: Path, cores: int, work: Path) -> tuple[float, int]:
+    """Seconds and entries of one inventory over the logs under ``root`` on ``local[cores]``."""
+    from bookiesim.pipeline.jobs.inventory import inventory
+    from bookiesim.pipeline.session import spark_session
+
+    logs = sorted(root.rglob("*.log"))
+    spark = spark_session(f"local[{cores}]", app_name="bench")
+    try:
+        warm = spark.read.format("entrylog").load(str(logs[0]))
+        inventory(warm, work / "warm-up")
+        shutil.rmtree(work / "warm-up")
+        for log in logs:
+            drop_page_cache(log)
+        started = time.perf_counter()
+        summary = inventory(spark.read.format("entrylog").load(str(root)), work / "out")
+        seconds = time.perf_counter() - started
+        shutil.rmtree(work / "out")
+        return seconds, summary.entries
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cores", type=int, required=True)
+    parser.add_argument("--root", type=Path, required=True, help="the bookie dir of the logs")
+    parser.add_argument("--work", type=Path, required=True, help="scratch dir for output")
+    args = parser.parse_args()
+    pin_to_cpus(args.cores)
+    seconds, entries = timed_inventory(args.root, args.cores, args.work)
+    print(json.dumps({"seconds": seconds, "entries": entries}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
