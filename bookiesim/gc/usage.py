@@ -94,6 +94,13 @@ class EntryLogUsage:
         # a look, not every tracked log every pass.
         self._maybe_empty: set[int] = set()
         self.target_size = target_size
+        # Compaction candidates per threshold, with the _version and target size they were
+        # computed at. A log's usage depends only on its total and remaining sizes; both
+        # change only through add (meta changed before), remove_deleted_ledgers and forget,
+        # which bump _version. So an idle bookie's minor/major compaction (every few
+        # seconds in the simulation) does not recompute the usage of 1,000 logs each time.
+        self._version = 0
+        self._candidates: dict[float, tuple[int, int | None, list[int]]] = {}
 
     def __contains__(self, log_id: object) -> bool:
         return log_id in self._metas
@@ -119,6 +126,7 @@ class EntryLogUsage:
         if log_id in self._metas:
             raise ValueError(f"entry log {log_id:x} is tracked already")
         self._metas[log_id] = meta
+        self._version += 1
         if meta.is_empty:
             self._maybe_empty.add(log_id)
         for ledger_id in meta.ledgers:
@@ -139,6 +147,8 @@ class EntryLogUsage:
             gone = [lid for lid in holders if not exists(lid)]
         else:
             gone = [lid for lid in dict.fromkeys(candidates) if lid in holders and not exists(lid)]
+        if gone:
+            self._version += 1
         for ledger_id in gone:
             for log_id in sorted(self._holders.pop(ledger_id)):
                 meta = self._metas.get(log_id)
@@ -161,6 +171,7 @@ class EntryLogUsage:
     def forget(self, log_id: int) -> EntryLogMetadata | None:
         """The log is gone (deleted or compacted): stop tracking it."""
         meta = self._metas.pop(log_id, None)
+        self._version += 1
         for ledger_id in meta.ledgers if meta is not None else ():
             holders = self._holders.get(ledger_id)
             if holders is not None:
@@ -182,7 +193,12 @@ class EntryLogUsage:
         return usage_of(self._metas[log_id], self.target_size)
 
     def candidates(self, threshold: float) -> list[int]:
-        return compaction_candidates(self._metas.values(), threshold, self.target_size)
+        cached = self._candidates.get(threshold)
+        if cached is not None and cached[:2] == (self._version, self.target_size):
+            return list(cached[2])
+        chosen = compaction_candidates(self._metas.values(), threshold, self.target_size)
+        self._candidates[threshold] = (self._version, self.target_size, chosen)
+        return list(chosen)
 
     def bucket_counts(self) -> list[int]:
         """Tracked logs per usage bucket (10 %, 20 %, ... 100 %)."""
@@ -214,6 +230,10 @@ class EntryLogUsage:
 
     def _check(self) -> None:
         """Assert every invariant. Cost: O(tracked logs x their ledgers + dead ledgers)."""
+        for threshold, (version, target, chosen) in self._candidates.items():
+            if (version, target) == (self._version, self.target_size):
+                fresh = compaction_candidates(self._metas.values(), threshold, target)
+                assert chosen == fresh, (threshold, chosen, fresh)
         for log_id, meta in self._metas.items():
             assert meta.entry_log_id == log_id
             meta._check()

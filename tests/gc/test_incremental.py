@@ -3,7 +3,8 @@ finds everything a full rescan would.
 
 * ``flushed_log_ids(skip=...)`` leaves tracked logs out before the flushed test;
 * ``_reclaim`` asks only about ledgers deleted locally since the last reclaim
-  (``LedgerIndex.deleted_since``), and checks every ledger when that is unknown.
+  (``LedgerIndex.deleted_since``), and checks every ledger when that is unknown;
+* compaction candidates are recomputed only when a tracked log's usage may have changed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections import deque
 from pathlib import Path
 
 from bookiesim.entrylog.logger import RotationReason
+from bookiesim.entrylog.metadata import EntryLogMetadata
 from bookiesim.gc.policy import CompactionSettings
+from bookiesim.gc.usage import EntryLogUsage
 
 from .helpers import FakeLedgers, collector, config, crash, open_storage, write
 
@@ -141,3 +144,25 @@ async def test_nothing_is_skipped_after_a_restart(tmp_path: Path) -> None:
     assert report.logs_deleted == [logs[2]]
     gc._check()
     storage.close()
+
+
+def test_compaction_candidates_follow_every_change() -> None:
+    usage = EntryLogUsage()
+    usage.add(EntryLogMetadata.from_ledger_sizes(1, {10: 100, 11: 900}))
+    usage.add(EntryLogMetadata.from_ledger_sizes(2, {12: 500, 13: 500}))
+    assert usage.candidates(0.5) == []
+    assert usage.candidates(0.5) == []  # from the cache
+    live = {10, 11, 12}
+    usage.remove_deleted_ledgers(live.__contains__, [13])  # log 2 at 50 %
+    assert usage.candidates(0.6) == [2]
+    assert usage.candidates(0.5) == []
+    live.discard(11)  # log 1 at 10 %
+    usage.remove_deleted_ledgers(live.__contains__)
+    assert usage.candidates(0.5) == [1]
+    usage.target_size = 10_000  # both far below the target now
+    assert usage.candidates(0.5) == [1, 2]
+    usage.forget(1)
+    assert usage.candidates(0.5) == [2]
+    usage.add(EntryLogMetadata.from_ledger_sizes(3, {14: 10}))
+    assert usage.candidates(0.5) == [2, 3]
+    usage._check()
