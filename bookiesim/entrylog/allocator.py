@@ -84,10 +84,11 @@ def read_last_id(current_dir: str | os.PathLike[str]) -> int:
     return value if -(2**63) <= value < 2**63 else -1
 
 
-_LISTINGS: dict[str, tuple[int, list[int]]] = {}
-"""Directory → (its mtime when listed, the log ids in it then). GC lists the ledger dirs on
-every pass; with thousands of logs that listing, unchanged, was most of an idle bookie's
-work."""
+_LISTINGS: dict[str, tuple[int | None, list[str], list[int]]] = {}
+"""Directory → (its mtime when listed, the names in it then, their log ids). GC lists the
+ledger dirs on every pass; with thousands of logs that listing, unchanged, was most of an
+idle bookie's work. While the mtime is racy the directory is listed again, but the same
+names (compared as a list: cheap) are not parsed again."""
 _RACY_NS = 1_000_000_000
 """A directory changed this recently may change again within its file system's timestamp
 granularity without a new mtime (git's "racy" entries): its listing is not kept."""
@@ -101,18 +102,24 @@ def _log_ids(current_dir: Path) -> list[int]:
         return []
     cached = _LISTINGS.get(key)
     if cached is not None and cached[0] == mtime:
-        return list(cached[1])
-    ids = []
+        return list(cached[2])
     try:
         names = os.listdir(current_dir)
     except FileNotFoundError:
         return []
-    for name in names:
-        log_id = parse_log_file_name(name)
-        if log_id is not None:
-            ids.append(log_id)
+    if cached is not None and cached[1] == names:
+        ids = list(cached[2])  # the same names: the ids are a function of them
+    else:
+        ids = []
+        for name in names:
+            log_id = parse_log_file_name(name)
+            if log_id is not None:
+                ids.append(log_id)
     if time.time_ns() - mtime > _RACY_NS:
-        _LISTINGS[key] = (mtime, list(ids))
+        _LISTINGS[key] = (mtime, names, list(ids))
+    elif cached is None or cached[1] != names:
+        # Not to be trusted by its mtime (None never matches one), only by its names.
+        _LISTINGS[key] = (None, names, list(ids))
     return ids
 
 
