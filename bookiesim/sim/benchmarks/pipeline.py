@@ -13,8 +13,8 @@ Per repetition, each after dropping the logs from the page cache:
 3. Spark inventory with ``local[1]`` pinned to one CPU, then with ``local[2]`` on two, each
    in a process of its own (:mod:`.spark_run`: the JVM and its Python workers inherit the
    CPU set, so one core is one core): from the job's start to its Parquet written. The
-   Spark session is started, and warmed up by the same job on one log (Python workers
-   started, the JVM's JIT at work), before the clock starts.
+   Spark session is started, and warmed up by the same job once untimed (Python workers
+   started, the JVM's hot paths compiled), before the clock starts.
 
 Figures are MB/s of log bytes and rows/s of entries. Targets: 2 cores at least 1.6 times one
 core; Spark's MB/s per core at least 50% of the raw read. Pulsar decoding is on, as in the
