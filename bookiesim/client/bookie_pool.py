@@ -78,8 +78,6 @@ class _Channel:
     tick: int = 0
     """Advanced by the expiry loop: requests are stamped with it instead of reading the
     clock for each one (a clock read cost as much as a third of a submit)."""
-    parked: trio.Event | None = None
-    """Set while the expiry loop sleeps with nothing to expire; the next send wakes it."""
 
 
 class BookiePool:
@@ -132,10 +130,6 @@ class BookiePool:
         txn_id = conn.next_txn_id()
         data = encode_request(request, txn_id)
         conn.submit(data, txn_id, _Pending(ch.bookie_id, callback, ch.tick))
-        parked = ch.parked
-        if parked is not None:
-            ch.parked = None
-            parked.set()
 
     async def call(self, bookie_id: str, request: WireRequest) -> pb.Response:
         """Send and wait; raises :class:`BookieUnavailableError` (never a status error)."""
@@ -200,16 +194,6 @@ class BookiePool:
                 if isinstance(callback, _Pending) and ch.tick - callback.sent_tick > ticks:
                     conn.forget(txn_id)
                     callback.timed_out(self.request_timeout)
-            # Looked at after the expiries: a timed-out callback may have sent again.
-            if not any(isinstance(callback, _Pending) for _, callback in conn.pending()):
-                # Nothing can expire before the next _send (only its requests expire here),
-                # so sleep until then rather than tick every second on an idle connection.
-                # No await between the check and parking: a send cannot slip in. ch.tick
-                # only moves here, so a request sent while parked expires ticks + 1 ticks
-                # after the wake-up: at least one timeout after it was sent, and no later
-                # than the latest a request could expire with a clock that never parks.
-                parked = ch.parked = trio.Event()
-                await parked.wait()
 
     # -- introspection and shutdown ----------------------------------------------------------
 
