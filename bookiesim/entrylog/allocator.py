@@ -92,6 +92,14 @@ names (compared as a list: cheap) are not parsed again."""
 _RACY_NS = 1_000_000_000
 """A directory changed this recently may change again within its file system's timestamp
 granularity without a new mtime (git's "racy" entries): its listing is not kept."""
+_RACY_FINE_NS = 50_000_000
+"""The same for an mtime with a sub-second part: the file system keeps fine timestamps
+(ext4, xfs, btrfs, tmpfs), which Linux takes from its coarse clock, a tick of at most 10 ms.
+Only a whole-second mtime (a coarse file system, or one chance in 10**9) waits a second."""
+
+
+def _racy_window(mtime_ns: int) -> int:
+    return _RACY_NS if mtime_ns % 1_000_000_000 == 0 else _RACY_FINE_NS
 
 
 def _log_ids(current_dir: Path) -> list[int]:
@@ -115,7 +123,7 @@ def _log_ids(current_dir: Path) -> list[int]:
             log_id = parse_log_file_name(name)
             if log_id is not None:
                 ids.append(log_id)
-    if time.time_ns() - mtime > _RACY_NS:
+    if time.time_ns() - mtime > _racy_window(mtime):
         _LISTINGS[key] = (mtime, names, list(ids))
     elif cached is None or cached[1] != names:
         # Not to be trusted by its mtime (None never matches one), only by its names.
