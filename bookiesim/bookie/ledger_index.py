@@ -86,11 +86,13 @@ LAC_METADATA_LENGTH: Final = 16
 """An explicit LAC blob holds at least ledgerId and lac (upstream rejects 1..15 bytes)."""
 MAX_LOCATION: Final = 2**63 - 1
 DEFAULT_MAX_OPEN_FILES: Final = 900
+"""Upstream's ``openFileLimit`` default."""
 _DELETION_HISTORY: Final = 65536
 """Ledger deletions remembered for :meth:`LedgerIndex.deleted_since`; beyond that its
 caller falls back to checking every ledger."""
 _INDEX_EPOCHS = itertools.count(1)
-"""Upstream's ``openFileLimit`` default."""
+"""Gives every :class:`LedgerIndex` an epoch of its own, so that a deletion cursor taken
+on one index never matches another's count."""
 
 _SLOT: Final = 8
 _PAGE_SLOTS: Final = 1024  # upstream's pageSize of 8192 bytes; our unit for scanning reads
