@@ -37,6 +37,19 @@ class InventorySummary:
 # The entry's bit in its block's word (SQL: PySpark's shiftleft shifts by a constant only).
 _ID_BIT = "CASE WHEN entryId >= 0 THEN shiftleft(1L, CAST(entryId & 63 AS INT)) END"
 
+_EXTREMES = (
+    ("firstEntryId", F.min, "entryId"),
+    ("lastEntryId", F.max, "entryId"),
+    ("minPublishTime", F.min, "publishTime"),
+    ("maxPublishTime", F.max, "publishTime"),
+    ("minBrokerTimestamp", F.min, "brokerTimestamp"),
+    ("maxBrokerTimestamp", F.max, "brokerTimestamp"),
+    ("minIndex", F.min, "index"),
+    ("maxIndex", F.max, "index"),
+)
+"""Output column, its aggregate, the source column: taken over the rows at the first step,
+then over the column itself at the next two (a min of mins is the min)."""
+
 
 def aggregate(df: DataFrame) -> DataFrame:
     """Per (status, bookie, ledger): the inventory columns, plus problem bytes and errors.
@@ -54,7 +67,7 @@ def aggregate(df: DataFrame) -> DataFrame:
     Measured on 1 KiB entries (BENCHMARKS.md): set-valued aggregates over every row
     (``collect_set`` of logs, Spark's bitmap aggregates, ``collect_list`` of errors) force
     Spark's object hash aggregate, which falls back to sorting every row past 128 keys a
-    task, and took four times as long as the scan itself.
+    task, and took about four times as long as the scan itself.
     """
     keys = ("status", "bookie", "ledgerId")
     entry_id = F.when(F.col("entryId") >= 0, F.col("entryId"))
@@ -67,26 +80,10 @@ def aggregate(df: DataFrame) -> DataFrame:
         F.bit_or(F.expr(_ID_BIT)).alias("word"),
         F.count(F.lit(1)).alias("records"),
         F.sum(F.col("size").cast("long") + 4).alias("bytes"),
-        F.min("entryId").alias("firstEntryId"),
-        F.max("entryId").alias("lastEntryId"),
-        F.min("publishTime").alias("minPublishTime"),
-        F.max("publishTime").alias("maxPublishTime"),
-        F.min("brokerTimestamp").alias("minBrokerTimestamp"),
-        F.max("brokerTimestamp").alias("maxBrokerTimestamp"),
-        F.min("index").alias("minIndex"),
-        F.max("index").alias("maxIndex"),
+        *(fn(source).alias(name) for name, fn, source in _EXTREMES),
         F.sum("size").alias("problemBytes"),
     )
-    extremes = [
-        F.min("firstEntryId").alias("firstEntryId"),
-        F.max("lastEntryId").alias("lastEntryId"),
-        F.min("minPublishTime").alias("minPublishTime"),
-        F.max("maxPublishTime").alias("maxPublishTime"),
-        F.min("minBrokerTimestamp").alias("minBrokerTimestamp"),
-        F.max("maxBrokerTimestamp").alias("maxBrokerTimestamp"),
-        F.min("minIndex").alias("minIndex"),
-        F.max("maxIndex").alias("maxIndex"),
-    ]
+    extremes = [fn(name).alias(name) for name, fn, _ in _EXTREMES]
     per_entry_block = per_block.groupBy(*keys, "block").agg(
         F.bit_or("word").alias("word"),
         F.sum("records").alias("records"),
