@@ -78,6 +78,16 @@ class _Channel:
     tick: int = 0
     """Advanced by the expiry loop: requests are stamped with it instead of reading the
     clock for each one (a clock read cost as much as a third of a submit)."""
+    parked: trio.Event | None = None
+    """Set while the expiry loop sleeps with nothing to expire; the next send wakes it."""
+    grid: tuple[float, int, float] = (0.0, 0, 1.0)
+    """The expiry loop's tick grid: (time of tick ``base``, ``base``, tick length). While it
+    is parked, a send works out from it which tick it is, as the loop would have counted."""
+
+    def catch_up(self) -> None:
+        """Bring :attr:`tick` to where a loop that never parked would have it now."""
+        origin, base, length = self.grid
+        self.tick = max(self.tick, base + math.floor((trio.current_time() - origin) / length))
 
 
 class BookiePool:
@@ -127,6 +137,11 @@ class BookiePool:
         request: WireRequest,
         callback: OutcomeCallback,
     ) -> None:
+        parked = ch.parked
+        if parked is not None:
+            ch.parked = None
+            ch.catch_up()
+            parked.set()
         txn_id = conn.next_txn_id()
         data = encode_request(request, txn_id)
         conn.submit(data, txn_id, _Pending(ch.bookie_id, callback, ch.tick))
@@ -175,6 +190,7 @@ class BookiePool:
                 await conn.reader_loop()
                 nursery.cancel_scope.cancel()
         finally:
+            ch.parked = None  # the loop that parked is gone with its connection
             if ch.conn is conn:
                 ch.conn = None
             with trio.CancelScope(shield=True):
@@ -184,16 +200,28 @@ class BookiePool:
     async def _expire_loop(self, ch: _Channel, conn: BookieConnection) -> None:
         """Fail requests that waited longer than the request timeout (the bookie hangs, or
         the network dropped the frame); a late answer is then ignored. Requests expire
-        between one and 1.25 timeouts after they were sent."""
-        tick = min(1.0, max(0.02, self.request_timeout / 4))
-        ticks = math.ceil(self.request_timeout / tick)
+        between one and 1.25 timeouts after they were sent.
+
+        The loop ticks on a fixed grid from the connection's start. While nothing is in
+        flight it sleeps until the next send instead of ticking (an idle client would
+        otherwise wake once a second per bookie); that send first counts the ticks the
+        loop skipped, so every request expires at the tick it would have without parking.
+        """
+        length = min(1.0, max(0.02, self.request_timeout / 4))
+        ticks = math.ceil(self.request_timeout / length)
+        ch.grid = origin, base, _ = trio.current_time(), ch.tick, length
         while True:
-            await trio.sleep(tick)
+            await trio.sleep_until(origin + (ch.tick - base + 1) * length)
             ch.tick += 1
             for txn_id, callback in conn.pending():
                 if isinstance(callback, _Pending) and ch.tick - callback.sent_tick > ticks:
                     conn.forget(txn_id)
                     callback.timed_out(self.request_timeout)
+            # Looked at after the expiries: a timed-out callback may have sent again. No
+            # await between this check and parking, so a send cannot slip in between.
+            if not any(isinstance(callback, _Pending) for _, callback in conn.pending()):
+                parked = ch.parked = trio.Event()
+                await parked.wait()
 
     # -- introspection and shutdown ----------------------------------------------------------
 

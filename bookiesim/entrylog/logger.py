@@ -171,6 +171,12 @@ class CheckpointPlan:
         return self._synced
 
     @property
+    def empty(self) -> bool:
+        """True when :meth:`sync` would fsync nothing and no rotated log awaits it: an idle
+        bookie's checkpoint, which need not wake a worker thread."""
+        return not (self._items or self._rotated or self._dirs)
+
+    @property
     def paths(self) -> list[Path]:
         """The log files this plan fsyncs."""
         return [Path(path) for _, path in self._items]

@@ -45,6 +45,57 @@ async def test_unanswered_request_times_out(cluster: LocalCluster) -> None:
         assert bk.pool.connects(bookie) == 1
 
 
+async def test_request_after_an_idle_spell_still_times_out(cluster: LocalCluster) -> None:
+    # The expiry loop sleeps while nothing is in flight; a request sent then wakes it, and
+    # times out within the same bounds as on a busy connection.
+    connector = FaultyConnector()
+    async with BookKeeper(
+        cluster.store, bookie_connector=connector, config=ClientConfig(request_timeout=0.2)
+    ) as bk:
+        bookie = cluster.running_ids()[0]
+        assert (await bk.pool.call(bookie, read_request(1, 0))).status == pb.ENOLEDGER
+        await trio.sleep(1.0)  # idle: the loop parks
+        connector.add_rule(lambda b, r: "drop" if r.HasField("readRequest") else None)
+        for _ in range(2):
+            started = trio.current_time()
+            with (
+                trio.fail_after(5),
+                pytest.raises(BookieUnavailableError, match=r"no answer in 0\.2 s"),
+            ):
+                await bk.pool.call(bookie, read_request(1, 0))
+            assert 0.2 <= trio.current_time() - started < 1.0
+        assert bk.pool.connects(bookie) == 1
+
+
+async def test_parking_does_not_move_when_a_request_expires(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The expiry loop sleeps while nothing is in flight, but its ticks stay on the grid
+    from the connection's start: a request sent mid-tick after an idle spell expires at the
+    first tick more than a timeout after it, as with a loop that never slept (the fault
+    simulation's schedules, and the runs its bug switches break, depend on these times)."""
+
+    async def silent_bookie(bookie_id: str) -> trio.abc.Stream:
+        ours, _theirs = trio.testing.memory_stream_pair()
+        return ours
+
+    async with trio.open_nursery() as nursery:
+        pool = BookiePool(nursery, silent_bookie, request_timeout=2.0)  # 4 ticks of 0.5 s
+        started = trio.current_time()
+        with pytest.raises(BookieUnavailableError, match="no answer in 2 s"):
+            await pool.call("b1:3181", read_request(1, 0))
+        assert trio.current_time() - started == pytest.approx(2.5)  # sent at tick 0, out at 5
+        await trio.sleep(7.8)  # idle: nothing in flight, the loop parks; now at 10.3 s
+        sent = trio.current_time()
+        with pytest.raises(BookieUnavailableError, match="no answer in 2 s"):
+            await pool.call("b1:3181", read_request(1, 1))
+        # Sent during tick 20 (10.0-10.5 s), out at tick 25: 12.5 s, not 0.5 s after a
+        # wake-up at 10.3 s plus 2.0.
+        assert trio.current_time() - sent == pytest.approx(2.2)
+        assert pool.connects("b1:3181") == 1
+        nursery.cancel_scope.cancel()
+
+
 async def test_in_flight_requests_fail_when_the_bookie_goes(
     cluster: LocalCluster, bk: BookKeeper
 ) -> None:

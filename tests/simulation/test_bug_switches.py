@@ -22,13 +22,10 @@ from bookiesim.simulation.runner import SimSettings, run_simulation
 SMALL = SimSettings(bookies=4, writers=1, recoverers=1)
 
 REGRESSIONS: dict[str, tuple[SimSettings, tuple[int, ...], str]] = {
-    # Ensemble changes (partitions, loss, delays) followed by recoveries: recovery starts
-    # below the last segment, a re-add fails, and the change it proposes is below it.
-    "ensemble-change-below-existing": (
-        SimSettings(steps=30, faults=frozenset({"storm", "partition", "loss", "spike", "recover"})),
-        (1, 3),
-        "S5",
-    ),
+    # Ensemble changes (partitions, loss, delays, crashes) followed by recoveries: recovery
+    # starts below the last segment, a re-add fails, and the change it proposes is below it.
+    # Seeds of the default campaign.
+    "ensemble-change-below-existing": (SimSettings(steps=30), (15, 18), "S5"),
     # A slowly written ledger pins leastUnflushedLogId; the retention's deletions newer
     # than its log are never reclaimed.
     "gc-below-least-unflushed-only": (

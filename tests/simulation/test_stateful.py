@@ -251,7 +251,7 @@ def test_the_machine_finds_2614_when_recovery_reads_do_not_fence() -> None:
 
     budget = settings(
         BUDGET,
-        max_examples=40,
+        max_examples=100,
         stateful_step_count=12,
         derandomize=True,
         database=None,
