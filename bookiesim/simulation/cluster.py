@@ -16,6 +16,7 @@ becomes durable), the tasks cancelled, then every file put back to its durable i
 from __future__ import annotations
 
 import contextlib
+import errno
 import random
 from pathlib import Path
 
@@ -117,6 +118,8 @@ class SimBookie:
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
         self._crashing = False
+        self.refused_start = False
+        """The last start failed because the disk was full (see :meth:`start`)."""
 
     @property
     def up(self) -> bool:
@@ -127,9 +130,17 @@ class SimBookie:
         if self.up:
             return True
         self.incarnation += 1
+        self.refused_start = False
         try:
             await self.cluster.nursery.start(self._run)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and self.faults.full:
+                # A bookie cannot start on a full disk (its journal needs a new file), nor can
+                # upstream's; it is down, as after a crash, not broken. The end of the fault
+                # starts it again, as a supervisor would; START stays for any other failure.
+                self.refused_start = True
+                self.cluster.history.trace(f"{self.name} cannot start: disk full ({exc})")
+                return False
             self.cluster.history.violation("START", f"{self.name} could not start: {exc!r}")
             return False
         await self._register()

@@ -326,7 +326,10 @@ class Simulation:
         elif action in ("slow_disk", "disk_ok"):
             cluster.by_name(step.targets[0]).faults.latency = step.value
         elif action in ("disk_full", "disk_free"):
-            cluster.by_name(step.targets[0]).faults.full = action == "disk_full"
+            target = cluster.by_name(step.targets[0])
+            target.faults.full = action == "disk_full"
+            if action == "disk_free" and target.refused_start:
+                await target.start()
         elif action == "stop_writer":
             active = [w for w in self.writers if not w.zombie and not w.finished]
             if active:
