@@ -7,6 +7,7 @@ tests and experiments run several in one process through :mod:`bookiesim.testing
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -157,6 +158,15 @@ async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> No
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             address = await nursery.start(service.run)
+            # Freeze what start-up made (modules, configuration, replayed state; it lives as long
+            # as the process) once the bookie serves. Why: CPython's full (generation 2)
+            # collection scans every tracked object, and at 25,000 adds/s the objects of in-flight
+            # adds reach generation 2 often enough for one about once a second. With the ~50,000
+            # start-up objects in the scan each took 30-40 ms, every add in flight waited, and the
+            # p99 of `bench bookie`'s half-peak run was 50-85 ms; frozen, those collections scan a
+            # few thousand objects and the p99 fell to 6-10 ms (BENCHMARKS.md, bookie). Upstream
+            # tunes its JVM's collector for the same reason.
+            gc.freeze()
             if announce:
                 ready = {
                     "bookiePort": address.bookie_port,
