@@ -5,7 +5,9 @@ Runs, in one invocation on the same disk:
 * the disk's raw fdatasync rate (1 KiB appends), the ceiling without group commit;
 * per-ledger mode with 10 ledgers, saturating (the peak);
 * per-ledger mode with 10,000 ledgers and ``maximumNumberOfActiveEntryLogs=500``;
-* per-ledger mode at half the peak rate, for latency under load;
+* per-ledger mode at half the peak rate, for latency under load: once with upstream's
+  journal defaults (a group waits ``journalMaxGroupWaitMSec``, 2 ms, for company) and once
+  with ``journalFlushWhenQueueEmpty=true`` (a group commits as soon as no add is queued);
 * interleaved mode (``entryLogPerLedgerEnabled=false``) with 10 ledgers, beside it.
 
 Each bookie runs with ``journalSyncData=true``; fsyncs/s and entries per fsync come from the
@@ -92,8 +94,18 @@ SCENARIOS = (
     Scenario("per-ledger 10 ledgers", {}, 10),
     Scenario("per-ledger 10k ledgers/500 active", {"maximumNumberOfActiveEntryLogs": 500}, 10_000),
     Scenario("per-ledger 10 ledgers, half peak", {}, 10, half_rate=True),
+    # Upstream's defaults hold every group open for journalMaxGroupWaitMSec (2 ms) even when
+    # no other add is coming; a bookie tuned for latency commits as soon as its queue is
+    # empty. Both are measured, and the p99 target is reported for each.
+    Scenario(
+        "per-ledger 10 ledgers, half peak, flush when queue empty",
+        {"journalFlushWhenQueueEmpty": "true"},
+        10,
+        half_rate=True,
+    ),
     Scenario("interleaved 10 ledgers", {"entryLogPerLedgerEnabled": "false"}, 10),
 )
+PEAK, MANY, HALF, HALF_TUNED, INTERLEAVED = (scenario.name for scenario in SCENARIOS)
 
 
 def run_bookie_bench(
@@ -128,19 +140,18 @@ def run_bookie_bench(
             if index == 0:
                 peak = float(result["adds_per_second"])
         runs = results["runs"]
-        peak_rate = runs[SCENARIOS[0].name]["adds_per_second"]
-        many = runs[SCENARIOS[1].name]["adds_per_second"]
-        half = runs[SCENARIOS[2].name]
+        peak_rate = runs[PEAK]["adds_per_second"]
+        many = runs[MANY]["adds_per_second"]
         results["targets"] = {
             "adds_per_second_10_ledgers >= 50000": peak_rate >= 50_000,
             "10000_ledgers >= 70% of 10 ledgers": many >= 0.7 * peak_rate,
-            "p99 <= 5 ms at half peak": half["p99_ms"] <= 5.0,
+            "p99 <= 5 ms at half peak": runs[HALF]["p99_ms"] <= 5.0,
+            "p99 <= 5 ms at half peak, journalFlushWhenQueueEmpty": runs[HALF_TUNED]["p99_ms"]
+            <= 5.0,
         }
         results["ratios"] = {
             "10000_ledgers / 10_ledgers": round(many / peak_rate, 3) if peak_rate else None,
-            "interleaved / per_ledger": round(
-                runs[SCENARIOS[3].name]["adds_per_second"] / peak_rate, 3
-            )
+            "interleaved / per_ledger": round(runs[INTERLEAVED]["adds_per_second"] / peak_rate, 3)
             if peak_rate
             else None,
         }
