@@ -103,11 +103,13 @@ def test_a_bookie_restarted_on_a_full_disk_stays_down_until_the_disk_frees() -> 
         sim.apply("crash", "bookie2")
         sim.apply("disk_full", "bookie2")
         sim.apply("restart", "bookie2")
-        assert not bookie.up and bookie.refused_start
+        assert not bookie.up
+        assert bookie.refused_start
         assert "bookie2 cannot start: disk full" in sim.trace[-1]
         assert sim.check() == []
         sim.apply("disk_free", "bookie2")
-        assert bookie.up and not bookie.refused_start
+        assert bookie.up
+        assert not bookie.refused_start
         sim.advance(2.0)
         result = sim.finish()
     assert result.ok, "\n".join(result.trace[-20:])
