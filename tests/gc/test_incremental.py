@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from pathlib import Path
 
+from bookiesim.bookie.ledger_storage import LedgerStorage
 from bookiesim.entrylog.logger import RotationReason
 from bookiesim.entrylog.metadata import EntryLogMetadata
 from bookiesim.gc.policy import CompactionSettings
@@ -28,6 +29,17 @@ NO_COMPACTION = CompactionSettings(
     major_max_time=None,
     force_allow=True,
 )
+
+
+def closed_ledgers(storage: LedgerStorage, ledger_ids: tuple[int, ...]) -> dict[int, int]:
+    """Five entries in each ledger, every log write-closed and flushed; ledger -> its log."""
+    for ledger_id in ledger_ids:
+        write(storage, ledger_id, 5)
+    logs = storage.entry_logger.active_logs()
+    for ledger_id in ledger_ids:
+        storage.rotate_ledger_log(ledger_id, RotationReason.WRITE_CLOSE)
+    storage.checkpoint_blocking()
+    return logs
 
 
 async def test_flushed_log_ids_skip_is_only_a_filter(tmp_path: Path) -> None:
@@ -67,12 +79,7 @@ async def test_a_log_flushed_after_a_pass_is_extracted_on_the_next(tmp_path: Pat
 
 async def test_ledgers_deleted_between_passes_are_reclaimed(tmp_path: Path) -> None:
     storage = open_storage(config(tmp_path))
-    for ledger_id in (1, 2, 3):
-        write(storage, ledger_id, 5)
-    logs = storage.entry_logger.active_logs()
-    for ledger_id in (1, 2, 3):
-        storage.rotate_ledger_log(ledger_id, RotationReason.WRITE_CLOSE)
-    storage.checkpoint_blocking()
+    logs = closed_ledgers(storage, (1, 2, 3))
     ledgers = FakeLedgers([1, 2, 3])
     gc = collector(storage, ledgers, NO_COMPACTION)
     await gc.run_once()
@@ -118,12 +125,7 @@ async def test_unknown_deletion_history_checks_every_ledger(tmp_path: Path) -> N
 async def test_nothing_is_skipped_after_a_restart(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     storage = open_storage(cfg)
-    for ledger_id in (1, 2, 3):
-        write(storage, ledger_id, 5)
-    logs = storage.entry_logger.active_logs()
-    for ledger_id in (1, 2, 3):
-        storage.rotate_ledger_log(ledger_id, RotationReason.WRITE_CLOSE)
-    storage.checkpoint_blocking()
+    logs = closed_ledgers(storage, (1, 2, 3))
     ledgers = FakeLedgers([1, 2, 3])
     gc = collector(storage, ledgers, NO_COMPACTION)
     await gc.run_once()
