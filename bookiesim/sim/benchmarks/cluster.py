@@ -51,6 +51,7 @@ from bookiesim.sim.benchmarks.report import (
     command_line,
     describe_machine,
     machine_info,
+    new_figures,
     publish,
     step_progress,
 )
@@ -181,7 +182,7 @@ def _figures() -> dict[str, Figure]:
         ("recoverySeconds", "recovery of the crashed ledger", "s"),
         ("recoveryRate", "recovery, entries re-added per second", "entries/s"),
     ]
-    return {key: Figure(key, label, unit) for key, label, unit in specs}
+    return new_figures(specs)
 
 
 def run_cluster_benchmark(

@@ -45,6 +45,7 @@ from bookiesim.sim.benchmarks.report import (
     command_line,
     describe_machine,
     machine_info,
+    new_figures,
     publish,
     step_progress,
 )
@@ -124,7 +125,7 @@ def run_pipeline_benchmark(
         ("spark1Rows", "Spark inventory, 1 core", "rows/s"),
         ("spark2Rows", "Spark inventory, 2 cores", "rows/s"),
     ]
-    figures = {key: Figure(key, label, unit) for key, label, unit in specs}
+    figures = new_figures(specs)
     step(f"generating {size_mb} MiB of logs")
     files, entries = generate_logs(work, size_mb, log_mb, entry_size)
     nbytes = sum(f.stat().st_size for f in files)

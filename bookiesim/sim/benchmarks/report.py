@@ -21,7 +21,7 @@ import platform
 import shlex
 import statistics
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +75,11 @@ class Figure:
             "max": self.max,
             "runs": list(self.runs),
         }
+
+
+def new_figures(specs: Iterable[tuple[str, str, str]]) -> dict[str, Figure]:
+    """Figures with no runs yet, by key, from ``(key, label, unit)`` triples."""
+    return {key: Figure(key, label, unit) for key, label, unit in specs}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from bookiesim.sim.benchmarks.report import (
     command_line,
     describe_machine,
     machine_info,
+    new_figures,
     publish,
     step_progress,
 )
@@ -114,7 +115,7 @@ def _figures() -> dict[str, Figure]:
         ("busySimulatedPerSeed", "busy: simulated seconds per seed", "s"),
         ("busySeedsPerMinute", "busy: seeds per minute", "seeds/min"),
     ]
-    return {key: Figure(key, label, unit) for key, label, unit in specs}
+    return new_figures(specs)
 
 
 def run_sim_benchmark(args: argparse.Namespace, step: Callable[[str], None]) -> dict[str, Figure]:

@@ -61,6 +61,7 @@ from bookiesim.sim.benchmarks.report import (
     command_line,
     describe_machine,
     machine_info,
+    new_figures,
     publish,
     step_progress,
 )
@@ -272,7 +273,7 @@ def run_storage_benchmark(
     step: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Figure]:
     """Measure everything ``repeats`` times in ``directory``; ``step`` hears each step."""
-    figures = {key: Figure(key, label, unit) for key, label, unit in _FIGURES}
+    figures = new_figures(_FIGURES)
     total = size_mb * MB
     syncs_single = min(2000, max(50, 8 * size_mb))
     syncs_grouped = min(64, max(2, size_mb // 4))
