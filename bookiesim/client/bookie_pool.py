@@ -209,7 +209,8 @@ class BookiePool:
         """
         length = min(1.0, max(0.02, self.request_timeout / 4))
         ticks = math.ceil(self.request_timeout / length)
-        ch.grid = origin, base, _ = trio.current_time(), ch.tick, length
+        origin, base = trio.current_time(), ch.tick
+        ch.grid = (origin, base, length)
         while True:
             await trio.sleep_until(origin + (ch.tick - base + 1) * length)
             ch.tick += 1
