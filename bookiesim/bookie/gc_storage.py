@@ -131,5 +131,7 @@ class BookieGcStorage:
             moved = self.storage.move_entries(
                 (m.ledger_id, m.entry_id, m.old, m.new) for m in moves
             )
-            await self.storage.sync_index()
+            # A whole checkpoint, not just the index: the index also holds recent adds,
+            # whose log bytes must be durable before any index page pointing at them is.
+            await self.storage.checkpoint()
         return moved

@@ -31,11 +31,15 @@ A bookie may hold far more ledgers than it may hold open files, so the index kee
 (upstream's ``openFileLimit``, 900 by default). A file only needs a descriptor to read an entry
 that is not dirty, to flush, and to fsync; each :class:`IndexFile` asks its tracker before it
 opens one, so the cap holds at every instant, not just between calls. Closing a file for room
-writes its dirty state first but does not fsync it: the pages stay in the kernel and
-:meth:`LedgerIndex.fsync` reopens the file to sync it later. That keeps fdatasync (about
-150 µs here) off the path that needed the descriptor; it is safe because fsync acts on the
-inode, not the descriptor, and current Linux kernels (errseq_t) report a writeback error
-that nobody has seen yet to a later opener too.
+only closes the descriptor: its dirty state stays in memory until the next flush. (Upstream
+writes an evicted page out at once. Here that page could point at entry-log bytes still in
+the log writer's buffer, and a kill -9 would then leave the index pointing past the end of
+the log, at entries the journal never synced and replay cannot repair; a checkpoint writes
+the index right after handing the logs' buffers to the OS, and fsyncs it after the logs.)
+A flushed file's pages stay in the kernel until :meth:`LedgerIndex.fsync` or the caller of
+:meth:`LedgerIndex.flush_dirty` reopens the file to sync it; that is safe because fsync acts
+on the inode, not the descriptor, and current Linux kernels (errseq_t) report a writeback
+error that nobody has seen yet to a later opener too.
 
 A ledger's in-memory state (key, fence bit, explicit LAC, dirty locations, last entry id)
 stays loaded while its descriptor comes and goes; it is read from the header on first access
@@ -591,6 +595,10 @@ class IndexFile:
         finally:
             self._close_fd()
 
+    def release(self) -> None:
+        """Close the descriptor without writing; dirty state stays for the next flush."""
+        self._close_fd()
+
     def delete(self) -> None:
         """Close without flushing and remove the file. The object must not be used again."""
         self._close_fd()
@@ -723,7 +731,7 @@ class LedgerIndex:
     def opening(self, index_file: IndexFile) -> None:
         while len(self._open) >= self.max_open_files:
             victim = next(iter(self._open.values()))
-            victim.close()  # flushes; its tracker callback removes it from _open
+            victim.release()  # keeps its dirty state; the callback removes it from _open
         self._open[index_file.ledger_id] = index_file
 
     def used(self, index_file: IndexFile) -> None:
@@ -887,6 +895,12 @@ class LedgerIndex:
         self.fsync()
         for index_file in list(self._open.values()):
             index_file.close()
+
+    def release(self) -> None:
+        """Close every descriptor without writing anything: unwritten changes are dropped.
+        For an owner that cannot vouch for what they point at (see the module docstring)."""
+        for index_file in list(self._open.values()):
+            index_file.release()
 
     def _check(self) -> None:
         """Assert the invariants. Cost: O(loaded ledgers + their dirty entries)."""

@@ -26,8 +26,9 @@ from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
 from bookiesim.bookie.ledger_index import LedgerIndex
+from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
-from bookiesim.entrylog.logger import EntryLogger, RotationEvent, RotationReason
+from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 
 _IDS = struct.Struct(">qqq")
 
@@ -68,6 +69,15 @@ class LedgerStorage:
         clock: Callable[[], float],
         on_rotate: Callable[[RotationEvent], None] | None = None,
     ) -> LedgerStorage:
+        """Open the storage in ``cfg``'s directories.
+
+        First, one ``syncfs`` per file system makes durable whatever an earlier process left
+        in the page cache (after a kill -9: log bytes and index pages it never fsynced). This
+        process's checkpoints fsync whole index files, so without it they could make an old
+        index page durable while the log bytes it points at are still not, and a power loss
+        would then leave the index pointing past the end of a log.
+        """
+        adopt_page_cache([*cfg.ledger_directories, *cfg.effective_index_directories])
         logger = EntryLogger.from_config(cfg, clock=clock, on_rotate=on_rotate)
         index = LedgerIndex(cfg.effective_index_directories, max_open_files=cfg.open_file_limit)
         return cls(logger, index)
@@ -156,23 +166,44 @@ class LedgerStorage:
 
     # -- durability --------------------------------------------------------------------
 
+    def prepare_checkpoint(self) -> StorageCheckpoint:
+        """Step 1 of a checkpoint, on the owner thread: hand every entry log's buffer to the
+        OS, then write the index's dirty pages, and list what to fsync.
+
+        The order is the safety argument: the index reaches the OS only here, right after
+        the bytes it points at (no add can run in between), and :meth:`StorageCheckpoint.sync`
+        makes the logs durable before the index. So neither a kill -9 nor a power loss can
+        leave an index entry pointing past the end of its log.
+        """
+        plan = self.entry_logger.prepare_checkpoint()
+        return StorageCheckpoint(plan, self.index.flush_dirty())
+
+    def complete_checkpoint(self, checkpoint: StorageCheckpoint) -> None:
+        """Step 3, owner thread, after :meth:`StorageCheckpoint.sync` succeeded: rotated logs
+        are closed and flushed, and leastUnflushedLogId moves (§4)."""
+        self.entry_logger.complete_checkpoint(checkpoint.plan)
+
     async def checkpoint(self) -> None:
         """Make every entry log and index file durable; rotated logs are closed.
 
-        Buffers reach the OS on the trio thread (so no add interleaves with it), the fsyncs
-        run in a worker thread while adds continue, and the bookkeeping that moves
-        leastUnflushedLogId happens back on the trio thread.
+        The fsyncs run in a worker thread while adds continue (:meth:`prepare_checkpoint`
+        and :meth:`complete_checkpoint` on the trio thread).
         """
-        plan = self.entry_logger.prepare_checkpoint()
-        index_paths = self.index.flush_dirty()
-        if plan.empty and not index_paths:
+        checkpoint = self.prepare_checkpoint()
+        if checkpoint.empty:
             # An idle bookie checkpoints every flushInterval with nothing to make durable;
             # a thread hop (or, under virtual time, a slow disk's delay) for no fsync
             # would only cost time.
-            plan.sync()
+            checkpoint.sync()
         else:
-            await run_blocking(_sync_all, plan.sync, index_paths)
-        self.entry_logger.complete_checkpoint(plan)
+            await run_blocking(checkpoint.sync)
+        self.complete_checkpoint(checkpoint)
+
+    def checkpoint_blocking(self) -> None:
+        """The same, without trio (replay at start-up, tests, shutdown)."""
+        checkpoint = self.prepare_checkpoint()
+        checkpoint.sync()
+        self.complete_checkpoint(checkpoint)
 
     async def sync_entry_logs(self) -> None:
         """fsync every active and rotated log (upstream ``entryLogger.flush()``), as the
@@ -184,7 +215,7 @@ class LedgerStorage:
     def move_entries(self, moves: Iterable[tuple[int, int, int, int]]) -> int:
         """For each ``(ledger, entry, old, new)``: point the index at ``new`` if the ledger
         still exists and the index still says ``old``; return how many moved. In memory
-        only until :meth:`sync_index`."""
+        only until the next :meth:`checkpoint`."""
         index = self.index
         moved = 0
         for ledger_id, entry_id, old, new in moves:
@@ -193,38 +224,62 @@ class LedgerStorage:
                 moved += 1
         return moved
 
-    async def sync_index(self) -> None:
-        """Write and fsync every index change made so far."""
-        paths = self.index.flush_dirty()
-        await run_blocking(_sync_all, _nothing, paths)
-
-    def checkpoint_blocking(self) -> None:
-        """The same, without trio (replay at start-up, tests, shutdown)."""
-        plan = self.entry_logger.prepare_checkpoint()
-        index_paths = self.index.flush_dirty()
-        _sync_all(plan.sync, index_paths)
-        self.entry_logger.complete_checkpoint(plan)
-
     def close(self) -> None:
-        self.index.flush()
-        self.index.close()
-        self.entry_logger.close()
+        """Close every file without making anything durable: checkpoint first for that (the
+        bookie's shutdown does).
 
-
-def _nothing() -> None:
-    pass
-
-
-def _sync_all(sync_logs: Callable[[], None], paths: Sequence[Path]) -> None:
-    sync_logs()
-    for path in paths:
-        # A separate descriptor: fsync flushes the file, whichever descriptor wrote it, and the
-        # index's own descriptors belong to the trio thread.
+        Index pages not written yet are dropped, never written after logs that may not be
+        durable (a shutdown whose checkpoint failed): the journal still holds every entry
+        since the last completed checkpoint, and replay rewrites them.
+        """
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue  # deleted since (ledger deleted by GC)
-        try:
-            os.fsync(fd)
+            self.entry_logger.close()
         finally:
-            os.close(fd)
+            self.index.release()
+
+
+def adopt_page_cache(directories: Iterable[Path]) -> None:
+    """``syncfs`` once per file system among ``directories`` (those that exist)."""
+    devices: set[int] = set()
+    for directory in directories:
+        try:
+            device = os.stat(directory).st_dev
+        except FileNotFoundError:
+            continue  # nothing of an earlier process can be in it
+        if device not in devices:
+            devices.add(device)
+            writeback.sync_filesystem(directory)
+
+
+class StorageCheckpoint:
+    """What one checkpoint makes durable: entry logs first, then index files.
+
+    Made by :meth:`LedgerStorage.prepare_checkpoint`; :meth:`sync` is the only method that
+    may run on another thread.
+    """
+
+    __slots__ = ("index_paths", "plan")
+
+    def __init__(self, plan: CheckpointPlan, index_paths: Sequence[Path]) -> None:
+        self.plan = plan
+        self.index_paths = index_paths
+
+    @property
+    def empty(self) -> bool:
+        """True when :meth:`sync` would fsync nothing (an idle bookie's checkpoint)."""
+        return self.plan.empty and not self.index_paths
+
+    def sync(self) -> None:
+        """fsync the planned logs, then the index files. Blocking."""
+        self.plan.sync()
+        for path in self.index_paths:
+            # A separate descriptor: fsync flushes the file, whichever descriptor wrote it,
+            # and the index's own descriptors belong to the owner thread.
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted since (ledger deleted by GC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

@@ -1,13 +1,16 @@
-"""Start writing a file range back to disk without waiting (Linux ``sync_file_range``).
+"""Kernel writeback calls Python's ``os`` module has no binding for (Linux), via ``ctypes``.
 
-Why: the checkpoint fsyncs every entry log once per ``flushInterval``; with ten seconds of
-data dirty in the page cache that fsync takes long enough to delay the journal's own
-``fdatasync`` behind it, and add latency spikes at every checkpoint. Handing the kernel each
-stretch of log as soon as it is written (``SYNC_FILE_RANGE_WRITE``: queue the writeback, do
-not wait) leaves the checkpoint little to flush. It promises no durability — the checkpoint's
-fsync still does that — so a platform without the call simply does nothing.
+``sync_file_range``: the checkpoint fsyncs every entry log once per ``flushInterval``; with
+ten seconds of data dirty in the page cache that fsync takes long enough to delay the
+journal's own ``fdatasync`` behind it, and add latency spikes at every checkpoint. Handing
+the kernel each stretch of log as soon as it is written (``SYNC_FILE_RANGE_WRITE``: queue
+the writeback, do not wait) leaves the checkpoint little to flush. It promises no durability
+— the checkpoint's fsync still does that — so a platform without the call does nothing.
 
-Python's ``os`` module has no binding for it, hence ``ctypes``.
+``syncfs``: makes everything on one file system durable with one call. Ledger storage uses it
+once at start-up, to adopt whatever an earlier process left in the page cache (see
+:meth:`bookiesim.bookie.ledger_storage.LedgerStorage.from_config`). Where the call does not
+exist, ``os.sync()`` (every file system) does the same job.
 """
 
 from __future__ import annotations
@@ -16,20 +19,25 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Callable
 
-__all__ = ["available", "start_writeback"]
+__all__ = ["available", "start_writeback", "sync_filesystem"]
 
 SYNC_FILE_RANGE_WRITE = 2
 
 _call = None
+_syncfs_call = None
 if sys.platform.startswith("linux"):
     try:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         _call = _libc.sync_file_range
         _call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
         _call.restype = ctypes.c_int
+        _syncfs_call = _libc.syncfs
+        _syncfs_call.argtypes = [ctypes.c_int]
+        _syncfs_call.restype = ctypes.c_int
     except (OSError, AttributeError):
-        _call = None
+        pass
 
 
 def available() -> bool:
@@ -42,5 +50,30 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     if _call is None or nbytes <= 0:
         return
     if _call(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
+        _raise_errno()
+
+
+def _syncfs_real(fd: int) -> None:
+    if _syncfs_call is None:
+        os.sync()
+    elif _syncfs_call(fd) != 0:
+        _raise_errno()
+
+
+_syncfs: Callable[[int], None] = _syncfs_real
+"""Looked up at each call, so that the simulator's disk can stand in for it."""
+
+
+def sync_filesystem(directory: str | os.PathLike[str]) -> None:
+    """Make every file on the file system holding ``directory`` durable (``syncfs``).
+    Raises ``OSError`` as the call reports it (since Linux 5.8 a writeback error, too)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _syncfs(fd)
+    finally:
+        os.close(fd)
+
+
+def _raise_errno() -> None:
+    errno = ctypes.get_errno()
+    raise OSError(errno, os.strerror(errno))

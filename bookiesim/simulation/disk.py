@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bookiesim.entrylog import writeback
+
 __all__ = ["DiskFaults", "SimDisk"]
 
 _REAL = {
@@ -51,6 +53,7 @@ _REAL = {
         "statvfs",
     )
 }
+_REAL_SYNCFS = writeback._syncfs
 _BLOCK = 4096
 _FAKE_BLOCKS = 1 << 20  # a 4 GiB disk, as far as statvfs tells
 
@@ -120,11 +123,13 @@ class SimDisk:
         }
         for name, fn in patches.items():
             setattr(os, name, fn)
+        writeback._syncfs = self._syncfs
         try:
             yield self
         finally:
             for name, fn in _REAL.items():
                 setattr(os, name, fn)
+            writeback._syncfs = _REAL_SYNCFS
 
     def _root_of(self, path: str) -> DiskFaults | None:
         for root, faults in self._roots.items():
@@ -194,6 +199,24 @@ class SimDisk:
         if path is None:
             _REAL["fsync"](fd)
             return
+        self._sync_path(path)
+
+    def _syncfs(self, fd: int) -> None:
+        """``syncfs``: every file under the bookie's root (a real one would sync the other
+        bookies' files on the same file system too; syncing less is the cautious model)."""
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = ""
+        root = next((r for r in self._roots if (path + os.sep).startswith(r)), None)
+        if root is None:
+            _REAL_SYNCFS(fd)
+            return
+        for dirpath, _dirs, names in os.walk(root):
+            for name in sorted(names):
+                self._sync_path(os.path.join(dirpath, name))
+
+    def _sync_path(self, path: str) -> None:
         faults = self._root_of(path)
         if faults is None or faults.frozen or not os.path.isfile(path):
             return  # a crashed bookie makes nothing durable; directories: see the docstring

@@ -439,7 +439,7 @@ def test_evicted_files_are_fsynced_later_by_reopening(
         index.create_ledger(lid, KEY)
         index.set_location(lid, 0, 7)
     index.flush()
-    assert synced == []  # eviction writes but does not sync
+    assert synced == []  # flushing past the cap closes what it wrote, without a sync
     index.fsync()
     assert len(synced) == 5
     # New directories: current/, current/0/, current/0/{0..4}/ gained entries, once each.
@@ -447,6 +447,27 @@ def test_evicted_files_are_fsynced_later_by_reopening(
     index.fsync()
     assert len(synced) == 5
     assert len(dir_syncs) == 8
+    index._check()
+    index.close()
+
+
+def test_eviction_writes_nothing_and_keeps_the_dirty_state(tmp_path: Path) -> None:
+    # A dirty page may point at entry-log bytes still in the log writer's buffer: only a
+    # flush (the checkpoint's, right after the logs' buffers) may write it.
+    index = LedgerIndex([tmp_path], max_open_files=1)
+    for lid in (1, 2):
+        index.create_ledger(lid, KEY)
+        index.set_location(lid, 0, 7)
+    index.flush()
+    assert index.get_location(1, 0) == 7  # read from 1's file: 2's descriptor makes room
+    index.set_location(1, 1, 8)  # ledger 1: open and dirty
+    before = index_path(tmp_path, 1).read_bytes()
+    assert index.get_location(2, 0) == 7  # read from 2's file: 1's descriptor makes room
+    assert index.open_file_count == 1
+    assert index_path(tmp_path, 1).read_bytes() == before
+    assert index.get_location(1, 1) == 8  # from memory
+    index.flush()
+    assert LedgerIndex([tmp_path]).get_location(1, 1) == 8
     index._check()
     index.close()
 
@@ -677,7 +698,7 @@ def test_flush_dirty_hands_over_files_then_directories(tmp_path: Path) -> None:
         tmp_path / "current/0/1",
         tmp_path / "current/0/2",
     ]
-    assert index.open_file_count == 1  # ledger 1 was evicted (written, not synced)
+    assert index.open_file_count == 1  # ledger 1 was written, then closed for 2 (not synced)
     assert index.flush_dirty() == []  # the caller owns syncing them now
     index.set_location(2, 1, 10)
     assert index.flush_dirty() == [index_path(tmp_path, 2)]

@@ -98,6 +98,7 @@ def crash(storage: LedgerStorage) -> None:
         writer.close(discard_buffer=True)
     for reader in logger._readers.values():
         reader.close()
+    storage.index.release()  # its descriptors close; pages it never wrote are gone
     for index_file in list(storage.index._open.values()):
         index_file._close_fd()
 

@@ -1,0 +1,182 @@
+"""The index never points past what its entry log holds, after a kill -9 or a power loss.
+
+Hypothesis interleaves adds, reads and the three steps of a checkpoint (prepare on the
+owner thread, fsync as a worker would, complete) on a ledger storage whose index may keep
+one or two descriptors open, so that reads and flushes evict index files all the time. It
+crashes the storage in two ways: a kill -9 (buffers the process held are lost, what reached
+the OS stays) and a power loss (every file goes back to what its last fsync made durable,
+through the simulator's disk). After each crash the reopened index must point only at
+records that are there, intact, and every entry a completed checkpoint covered, or a
+reopened storage could read, must be among them.
+
+Why it matters: an entry the index knows but the log lacks was never acknowledged (the
+journal never synced it, so replay cannot rewrite it), yet reads of it fail instead of
+answering "no such entry", and so does a recovery that reads it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint, entry_header
+from bookiesim.simulation.disk import SimDisk
+
+from ..gc.helpers import body, config, crash, open_storage, write
+
+LEDGERS = (1, 2, 3)
+
+
+def test_an_evicted_index_file_keeps_its_pages_until_the_checkpoint(tmp_path: Path) -> None:
+    cfg = config(tmp_path, open_file_limit=1, entry_log_per_ledger_enabled=False)
+    storage = open_storage(cfg)
+    write(storage, 1, 1)
+    storage.checkpoint_blocking()
+    write(storage, 2, 1)
+    storage.checkpoint_blocking()
+    write(storage, 2, 1)  # entry 2:1, in the log writer's buffer and dirty in the index
+    assert storage.read_entry(1, 0) == body(1, 0)  # opens 1's index file: 2's is evicted
+    crash(storage)  # kill -9: the log's buffer never reached the OS
+
+    reopened = open_storage(cfg)
+    assert reopened.last_entry_id(2) == 0, "the index knows an entry its log never got"
+    assert reopened.read_entry(2, 0) == body(2, 0)
+    reopened.close()
+
+
+class StorageCrashMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="storage-crash-"))
+        self.disk = SimDisk()
+        self.disk.add_root(self.root)
+        self.stack = ExitStack()
+        self.stack.enter_context(self.disk.installed())
+        self.written: dict[tuple[int, int], int] = {}  # (ledger, entry) -> payload size
+        self.durable: set[tuple[int, int]] = set()
+        self.in_flight: tuple[StorageCheckpoint, set[tuple[int, int]]] | None = None
+
+    @initialize(
+        per_ledger=st.booleans(),
+        open_files=st.integers(1, 2),
+        buffer=st.sampled_from([512, 65536]),
+    )
+    def start(self, per_ledger: bool, open_files: int, buffer: int) -> None:
+        self.cfg = config(
+            self.root,
+            entry_log_per_ledger_enabled=per_ledger,
+            open_file_limit=open_files,
+            write_buffer_size_bytes=buffer,
+        )
+        self._open()
+
+    def _open(self) -> None:
+        for d in (*self.cfg.ledger_directories, *self.cfg.effective_index_directories):
+            (d / "current").mkdir(parents=True, exist_ok=True)
+        self.storage = LedgerStorage.from_config(self.cfg, clock=lambda: 0.0)
+
+    def teardown(self) -> None:
+        try:
+            if hasattr(self, "storage"):
+                self.storage.close()
+        finally:
+            self.stack.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @rule(ledger_id=st.sampled_from(LEDGERS), n=st.integers(1, 3), size=st.integers(1, 300))
+    def add(self, ledger_id: int, n: int, size: int) -> None:
+        storage = self.storage
+        if not storage.ledger_exists(ledger_id):
+            storage.create_ledger(ledger_id, b"key")
+        start = storage.last_entry_id(ledger_id) + 1
+        for entry_id in range(start, start + n):
+            b = body(ledger_id, entry_id, size)
+            storage.add_entry(entry_header(b), b)
+            self.written[ledger_id, entry_id] = size
+
+    @precondition(lambda self: self.written)
+    @rule(pick=st.integers(0, 1000))
+    def read(self, pick: int) -> None:
+        # Reads of entries no longer dirty open index files, evicting others.
+        keys = sorted(self.written)
+        key = keys[pick % len(keys)]
+        assert self.storage.read_entry(*key) == body(*key, self.written[key])
+
+    @precondition(lambda self: self.in_flight is None)
+    @rule()
+    def begin_checkpoint(self) -> None:
+        self.in_flight = (self.storage.prepare_checkpoint(), set(self.written))
+
+    @precondition(lambda self: self.in_flight is not None)
+    @rule()
+    def finish_checkpoint(self) -> None:
+        assert self.in_flight is not None
+        checkpoint, covered = self.in_flight
+        self.in_flight = None
+        checkpoint.sync()  # a worker thread's part, while the rules above ran meanwhile
+        self.storage.complete_checkpoint(checkpoint)
+        self.durable |= covered
+
+    @rule()
+    def kill_9(self) -> None:
+        self._crash(power_loss=False)
+
+    @rule()
+    def power_loss(self) -> None:
+        self._crash(power_loss=True)
+
+    def _crash(self, *, power_loss: bool) -> None:
+        crash(self.storage)
+        self.in_flight = None
+        if power_loss:
+            self.disk.crash(self.root)
+        self._open()
+        # What the index points at must be there, intact; only that counts as written now.
+        survived: dict[tuple[int, int], int] = {}
+        storage = self.storage
+        for ledger_id in storage.ledger_ids():
+            for entry_id, _location in storage.index.entries(ledger_id):
+                key = (ledger_id, entry_id)
+                assert key in self.written, f"the index knows {key}, never written"
+                got = storage.read_entry(ledger_id, entry_id)
+                assert got == body(*key, self.written[key]), f"{key} is not what was written"
+                survived[key] = self.written[key]
+        lost = self.durable - survived.keys()
+        assert not lost, f"entries a completed checkpoint covered are gone: {sorted(lost)}"
+        self.written = survived
+        # Opening adopts what the page cache held (syncfs): all of it is durable now, so a
+        # later power loss must not take it, even if no checkpoint of ours covered it.
+        self.durable = set(survived)
+
+    # -- properties ----------------------------------------------------------------------
+
+    @invariant()
+    def descriptors_within_the_cap(self) -> None:
+        if hasattr(self, "storage"):
+            assert self.storage.index.open_file_count <= self.cfg.open_file_limit
+            self.storage.index._check()
+
+
+StorageCrashMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=40, deadline=None
+)
+test_index_never_points_past_its_log = pytest.mark.slow(StorageCrashMachine.TestCase)
+
+
+class QuickStorageCrashMachine(StorageCrashMachine):
+    pass
+
+
+QuickStorageCrashMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None
+)
+test_index_never_points_past_its_log_quick = QuickStorageCrashMachine.TestCase
