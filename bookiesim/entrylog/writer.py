@@ -196,6 +196,11 @@ class EntryLogWriter:
         return self._file_pos + self._fill
 
     @property
+    def os_position(self) -> int:
+        """Bytes handed to the OS so far: what an fsync started now makes durable."""
+        return self._file_pos
+
+    @property
     def unpersisted_bytes(self) -> int:
         """Bytes appended (header and ledgers map included) since the last fsync."""
         return self._file_pos + self._fill - self._persisted

@@ -23,10 +23,18 @@ import trio.lowlevel
 import trio.testing
 
 from bookiesim.bookie.config import BookieConfig
+from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import HEADER_SIZE, LogHeader
-from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
+from bookiesim.entrylog.logger import (
+    SYNCFS_MIN_FILES,
+    CheckpointPlan,
+    EntryLogger,
+    RotationEvent,
+    RotationReason,
+)
 from bookiesim.entrylog.metadata import extract_by_scanning, extract_from_ledgers_map
 from bookiesim.entrylog.reader import EntryReadError, WrongEntryError
+from bookiesim.simulation.disk import SimDisk
 
 from .entries import make_entry, seeded_entry, upstream_entry
 from .test_managers import FakeClock, dirs_of
@@ -124,6 +132,48 @@ def test_checkpoint_flushes_all_logs(tmp_path: Path) -> None:
         assert writer.unpersisted_bytes == 0
     assert_all_readable(logger, written)
     logger.close()
+
+
+def test_a_checkpoint_of_many_logs_syncs_the_file_system_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Churn: 100 ledgers through 10 active logs, so nearly every add evicts a log. The
+    # checkpoint's 100+ logs take one syncfs, and a power loss right after loses nothing.
+    disk = SimDisk()
+    disk.add_root(tmp_path)
+    written: Written = {}
+    with disk.installed():
+        syncfs_calls: list[int] = []
+        sim_syncfs = writeback._syncfs
+
+        def spy(fd: int) -> None:
+            syncfs_calls.append(fd)
+            sim_syncfs(fd)
+
+        monkeypatch.setattr(writeback, "_syncfs", spy)
+        fsyncs_before = disk.syncs
+        logger = EntryLogger(dirs_of(tmp_path), max_active_logs=10, preallocation=False)
+        for entry in range(2):
+            for ledger in range(100):
+                add(logger, written, ledger, entry)
+        open_logs = list(logger.active_logs().values())
+        plan = logger.prepare_checkpoint()
+        assert len(plan.paths) >= SYNCFS_MIN_FILES
+        plan.sync()
+        logger.complete_checkpoint(plan)
+        assert len(syncfs_calls) == 1
+        assert disk.syncs - fsyncs_before >= len(plan.paths)  # the model synced every file
+        assert logger.rotated_log_count == 0
+        assert logger.least_unflushed_log_id == min(open_logs)
+        for log_id in open_logs:  # positions recorded as after a per-file fsync
+            writer = logger.open_writer(log_id)
+            assert writer is not None
+            assert writer.unpersisted_bytes == 0
+        logger.close()
+        disk.crash(tmp_path)
+        reopened = EntryLogger(dirs_of(tmp_path), preallocation=False)
+        assert_all_readable(reopened, written)
+        reopened.close()
 
 
 def test_checkpoint_skips_logs_with_nothing_new(tmp_path: Path) -> None:
