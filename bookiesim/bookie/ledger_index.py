@@ -709,6 +709,11 @@ class LedgerIndex:
         self._recent_deletions: deque[int] = deque(maxlen=_DELETION_HISTORY)
         self._scan()
 
+    @property
+    def directories(self) -> list[Path]:
+        """The index directories, as configured."""
+        return list(self._dirs)
+
     def _scan(self) -> None:
         for index_dir in self._dirs:
             current = index_dir / "current"

@@ -26,7 +26,7 @@ from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
 from bookiesim.bookie.ledger_index import LedgerIndex
-from bookiesim.entrylog import writeback
+from bookiesim.entrylog import logger, writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 
@@ -77,7 +77,7 @@ class LedgerStorage:
         index page durable while the log bytes it points at are still not, and a power loss
         would then leave the index pointing past the end of a log.
         """
-        adopt_page_cache([*cfg.ledger_directories, *cfg.effective_index_directories])
+        writeback.sync_file_systems([*cfg.ledger_directories, *cfg.effective_index_directories])
         logger = EntryLogger.from_config(cfg, clock=clock, on_rotate=on_rotate)
         index = LedgerIndex(cfg.effective_index_directories, max_open_files=cfg.open_file_limit)
         return cls(logger, index)
@@ -176,7 +176,7 @@ class LedgerStorage:
         leave an index entry pointing past the end of its log.
         """
         plan = self.entry_logger.prepare_checkpoint()
-        return StorageCheckpoint(plan, self.index.flush_dirty())
+        return StorageCheckpoint(plan, self.index.flush_dirty(), self.index.directories)
 
     def complete_checkpoint(self, checkpoint: StorageCheckpoint) -> None:
         """Step 3, owner thread, after :meth:`StorageCheckpoint.sync` succeeded: rotated logs
@@ -238,19 +238,6 @@ class LedgerStorage:
             self.index.release()
 
 
-def adopt_page_cache(directories: Iterable[Path]) -> None:
-    """``syncfs`` once per file system among ``directories`` (those that exist)."""
-    devices: set[int] = set()
-    for directory in directories:
-        try:
-            device = os.stat(directory).st_dev
-        except FileNotFoundError:
-            continue  # nothing of an earlier process can be in it
-        if device not in devices:
-            devices.add(device)
-            writeback.sync_filesystem(directory)
-
-
 class StorageCheckpoint:
     """What one checkpoint makes durable: entry logs first, then index files.
 
@@ -258,11 +245,14 @@ class StorageCheckpoint:
     may run on another thread.
     """
 
-    __slots__ = ("index_paths", "plan")
+    __slots__ = ("index_dirs", "index_paths", "plan")
 
-    def __init__(self, plan: CheckpointPlan, index_paths: Sequence[Path]) -> None:
+    def __init__(
+        self, plan: CheckpointPlan, index_paths: Sequence[Path], index_dirs: Sequence[Path]
+    ) -> None:
         self.plan = plan
         self.index_paths = index_paths
+        self.index_dirs = index_dirs
 
     @property
     def empty(self) -> bool:
@@ -272,6 +262,10 @@ class StorageCheckpoint:
     def sync(self) -> None:
         """fsync the planned logs, then the index files. Blocking."""
         self.plan.sync()
+        if len(self.index_paths) >= logger.SYNCFS_MIN_FILES:
+            # Churn: thousands of ledgers written since the last checkpoint (as for logs).
+            writeback.sync_file_systems(self.index_dirs)
+            return
         for path in self.index_paths:
             # A separate descriptor: fsync flushes the file, whichever descriptor wrote it,
             # and the index's own descriptors belong to the owner thread.

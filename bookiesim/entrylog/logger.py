@@ -237,15 +237,7 @@ class CheckpointPlan:
             for writer, _ in self._items:
                 if writer is not None and not writer.closed:
                     positions.append((writer, writer.os_position))
-        devices: set[int] = set()
-        for directory in {*map(str, self._dirs), *(os.path.dirname(p) for _, p in self._items)}:
-            try:
-                device = os.stat(directory).st_dev
-            except FileNotFoundError:
-                continue  # only GC removes anything, and only flushed logs
-            if device not in devices:
-                devices.add(device)
-                writeback.sync_filesystem(directory)
+        writeback.sync_file_systems({*self._dirs, *(Path(p).parent for _, p in self._items)})
 
 
 def _fsync_path(path: str | Path, *, directory: bool = False) -> None:

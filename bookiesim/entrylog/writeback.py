@@ -19,9 +19,9 @@ import ctypes
 import ctypes.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-__all__ = ["available", "start_writeback", "sync_filesystem"]
+__all__ = ["available", "start_writeback", "sync_file_systems", "sync_filesystem"]
 
 SYNC_FILE_RANGE_WRITE = 2
 
@@ -72,6 +72,20 @@ def sync_filesystem(directory: str | os.PathLike[str]) -> None:
         _syncfs(fd)
     finally:
         os.close(fd)
+
+
+def sync_file_systems(directories: Iterable[str | os.PathLike[str]]) -> None:
+    """:func:`sync_filesystem` once per file system among ``directories``; a directory that
+    does not exist is skipped (nothing in it to make durable)."""
+    devices: set[int] = set()
+    for directory in directories:
+        try:
+            device = os.stat(directory).st_dev
+        except FileNotFoundError:
+            continue
+        if device not in devices:
+            devices.add(device)
+            sync_filesystem(directory)
 
 
 def _raise_errno() -> None:
