@@ -336,10 +336,17 @@ class LogFiles:
 
     def _allocate(self, dir_index: int) -> EntryLogWriter:
         """Create a log now, on this thread (no pooled log at hand). The io lock is held to
-        allocate the id, not while the file is created (up to milliseconds here)."""
+        allocate the id, not while the file is created (up to milliseconds here).
+
+        With a pool, the ids it lacks are reserved in the same call: one ``lastId`` write
+        for all of them instead of one per log while churn outruns the pool's worker (who
+        makes their files, unless this thread needs them first: :meth:`_create_reserved`).
+        """
         while True:
             with self.io_lock:
-                (log_id,) = self._reserve(1, skip_existing=self._look_ahead)
+                batch = max(1, self._pool_size - self._pool_level())
+                log_id, *rest = self._reserve(batch, skip_existing=self._look_ahead)
+                self._reserved.extend(rest)
             try:
                 writer = self._writer(dir_index, log_id, create=True)
             except BaseException as e:

@@ -282,6 +282,34 @@ def test_owner_uses_reserved_ids_while_the_pool_is_being_made(
     logger.close()
 
 
+def test_churn_past_a_dry_pool_writes_last_id_once_per_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nobody refills the pool (as when churn outruns its worker): every new log is created
+    # on the owner thread, yet the ids come in batches of the pool's size, one lastId write
+    # each, never reused.
+    logger = EntryLogger(dirs_of(tmp_path), max_active_logs=2, preallocation_pool_size=8)
+    real_open = os.open
+    last_id_writes = [0]
+
+    def counting_open(path: str, flags: int, mode: int = 0o777) -> int:
+        if str(path).endswith("lastId"):
+            last_id_writes[0] += 1
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    written: Written = {}
+    for ledger in range(40):  # each evicts a log and needs a new one
+        add(logger, written, ledger, 0)
+    monkeypatch.undo()
+    log_ids = [written[ledger, 0][0] >> 32 for ledger in range(40)]
+    assert len(set(log_ids)) == 40
+    assert last_id_writes[0] <= 41 // 8 + 1
+    assert_all_readable(logger, written)
+    logger._check()
+    logger.close()
+
+
 def test_existing_file_is_given_up_by_the_pool(tmp_path: Path) -> None:
     # With one ledger dir the pool does not stat ahead: creating exclusively is the check.
     logger = EntryLogger(dirs_of(tmp_path), preallocation_pool_size=4)
