@@ -153,3 +153,23 @@ def test_spark_run_pins_itself_to_the_cores_it_is_given() -> None:
             pin_to_cpus(len(before) + 1)
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_raw_fdatasync_latency_paces_and_reports_the_stalled_share(tmp_path: Path) -> None:
+    from bookiesim.sim.benchmarks.baseline import raw_fdatasync_latency
+
+    latency = raw_fdatasync_latency(
+        tmp_path / "paced.bin", seconds=0.5, syncs_per_second=40, bytes_per_sync=4096
+    )
+    assert 15 <= latency.syncs_per_second <= 45  # paced, not flat out (disks do 1,000s/s)
+    assert latency.bytes_per_sync == 4096
+    written = (tmp_path / "paced.bin").stat().st_size
+    assert written % 4096 == 0
+    assert written >= 4096 * 8
+    assert 0 < latency.p50_ms <= latency.p99_ms <= latency.p999_ms <= latency.max_ms
+    assert 0.0 <= latency.stalled_share < 1.0
+    # A threshold every sync exceeds: all the time spent syncing counts as stalled.
+    everything = raw_fdatasync_latency(
+        tmp_path / "all.bin", seconds=0.2, syncs_per_second=1000, bytes_per_sync=512, stall_ms=0
+    )
+    assert everything.stalled_share > 0

@@ -85,3 +85,64 @@ def raw_fdatasync_rate(path: Path, count: int = 2000, size: int = 1024) -> Rate:
     finally:
         os.close(fd)
     return Rate(count, count * size, seconds)
+
+
+@dataclass(frozen=True)
+class SyncLatency:
+    """fdatasync latencies of paced appends, and how much of the time the disk stalled."""
+
+    syncs_per_second: float
+    bytes_per_sync: int
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    stalled_share: float
+    """Share of the wall time spent inside fdatasyncs that took longer than the stall
+    threshold: an add that arrives then waits at least that long, whatever the bookie does."""
+
+
+def raw_fdatasync_latency(
+    path: Path,
+    seconds: float,
+    syncs_per_second: float,
+    bytes_per_sync: int,
+    stall_ms: float = 5.0,
+) -> SyncLatency:
+    """Appends of ``bytes_per_sync`` bytes, each followed by fdatasync, paced at
+    ``syncs_per_second`` for ``seconds``: a journal's syncs without the bookie around them."""
+    block = os.urandom(max(1, bytes_per_sync))
+    interval = 1.0 / syncs_per_second if syncs_per_second > 0 else 0.0
+    latencies: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        deadline = start
+        while time.perf_counter() - start < seconds:
+            os.write(fd, block)
+            before = time.perf_counter()
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - before)
+            deadline += interval
+            pause = deadline - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+        wall = time.perf_counter() - start
+    finally:
+        os.close(fd)
+    latencies.sort()
+    n = len(latencies)
+
+    def quantile(q: float) -> float:
+        return round(latencies[min(n - 1, int(n * q))] * 1000, 2)
+
+    stalled = sum(x for x in latencies if x * 1000 > stall_ms)
+    return SyncLatency(
+        syncs_per_second=round(n / wall, 1),
+        bytes_per_sync=len(block),
+        p50_ms=quantile(0.5),
+        p99_ms=quantile(0.99),
+        p999_ms=quantile(0.999),
+        max_ms=round(latencies[-1] * 1000, 2),
+        stalled_share=round(stalled / wall, 4),
+    )

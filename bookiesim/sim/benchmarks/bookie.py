@@ -8,6 +8,9 @@ Runs, in one invocation on the same disk:
 * per-ledger mode at half the peak rate, for latency under load: once with upstream's
   journal defaults (a group waits ``journalMaxGroupWaitMSec``, 2 ms, for company) and once
   with ``journalFlushWhenQueueEmpty=true`` (a group commits as soon as no add is queued);
+* right after the first of those, the disk alone at that run's pace of fdatasyncs and bytes
+  per fdatasync: its latencies, and the share of the time it stalled (fdatasyncs over 5 ms),
+  the floor under the bookie's p99;
 * interleaved mode (``entryLogPerLedgerEnabled=false``) with 10 ledgers, beside it.
 
 Each bookie runs with ``journalSyncData=true``; fsyncs/s and entries per fsync come from the
@@ -17,13 +20,13 @@ bookie's own ``/metrics`` (journal histograms), scraped before and after each ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bookiesim.sim.benchmarks.baseline import raw_fdatasync_rate
+from bookiesim.sim.benchmarks.baseline import raw_fdatasync_latency, raw_fdatasync_rate
 from bookiesim.testing import BookieProcessHandle, bookie_process
 
 STOP_TIMEOUT = 300.0
@@ -82,7 +85,7 @@ def run_load(
     return result
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str
     settings: dict[str, object]
@@ -139,6 +142,17 @@ def run_bookie_bench(
             results["runs"][scenario.name] = result
             if index == 0:
                 peak = float(result["adds_per_second"])
+            if scenario.name == HALF:
+                # The disk alone at the journal's pace of this run, right after it: if the
+                # disk itself stalls for 1% of the time, no bookie gets a p99 under 5 ms.
+                results["raw_fdatasync_latency"] = dataclasses.asdict(
+                    raw_fdatasync_latency(
+                        root / "fdatasync-paced.bin",
+                        seconds=float(result["seconds"]),
+                        syncs_per_second=float(result["fsyncs_per_second"]),
+                        bytes_per_sync=int(float(result["entries_per_fsync"]) * size),
+                    )
+                )
         runs = results["runs"]
         peak_rate = runs[PEAK]["adds_per_second"]
         many = runs[MANY]["adds_per_second"]
@@ -214,6 +228,13 @@ def _main(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(
         f"raw fdatasync/s (1 KiB appends, same disk): {results['raw_fdatasync_per_second']:,.0f}"
+    )
+    latency = results["raw_fdatasync_latency"]
+    console.print(
+        f"raw fdatasync at the half-peak run's pace ({latency['syncs_per_second']:,.0f}/s of "
+        f"{latency['bytes_per_sync'] / 1024:,.0f} KiB, same disk): p50 {latency['p50_ms']} ms, "
+        f"p99 {latency['p99_ms']} ms, p999 {latency['p999_ms']} ms, max {latency['max_ms']} ms; "
+        f"{latency['stalled_share']:.1%} of the time inside fdatasyncs over 5 ms"
     )
     for name, ratio in results["ratios"].items():
         console.print(f"{name}: {ratio}")
