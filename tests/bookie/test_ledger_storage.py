@@ -26,7 +26,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint, entry_header
+from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint
 from bookiesim.entrylog import logger as logger_module
 from bookiesim.entrylog.logger import SYNCFS_MIN_FILES
 from bookiesim.simulation.disk import SimDisk
@@ -123,13 +123,7 @@ class StorageCrashMachine(RuleBasedStateMachine):
 
     @rule(ledger_id=st.sampled_from(LEDGERS), n=st.integers(1, 3), size=st.integers(1, 300))
     def add(self, ledger_id: int, n: int, size: int) -> None:
-        storage = self.storage
-        if not storage.ledger_exists(ledger_id):
-            storage.create_ledger(ledger_id, b"key")
-        start = storage.last_entry_id(ledger_id) + 1
-        for entry_id in range(start, start + n):
-            b = body(ledger_id, entry_id, size)
-            storage.add_entry(entry_header(b), b)
+        for entry_id in write(self.storage, ledger_id, n, size):
             self.written[ledger_id, entry_id] = size
 
     @precondition(lambda self: self.written)

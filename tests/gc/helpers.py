@@ -64,13 +64,16 @@ def open_storage(cfg: BookieConfig) -> LedgerStorage:
     return LedgerStorage.from_config(cfg, clock=trio.current_time)
 
 
-def write(storage: LedgerStorage, ledger_id: int, entries: int, size: int = 100) -> None:
+def write(storage: LedgerStorage, ledger_id: int, entries: int, size: int = 100) -> range:
+    """Append ``entries`` entries after the ledger's last (creating it if need be); returns
+    their ids."""
     if not storage.ledger_exists(ledger_id):
         storage.create_ledger(ledger_id, b"key")
     start = storage.last_entry_id(ledger_id) + 1
     for entry_id in range(start, start + entries):
         b = body(ledger_id, entry_id, size)
         storage.add_entry(entry_header(b), b)
+    return range(start, start + entries)
 
 
 def collector(
