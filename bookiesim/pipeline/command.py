@@ -220,6 +220,8 @@ def run_job(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         .option("maxSplitBytes", str(args.max_split_mb << 20))
         .option("pulsar", str(not args.no_pulsar).lower())
         .options(**({"bookie": args.bookie} if args.bookie else {}))
+        # The inventory needs no row per entry: the workers pre-aggregate (pipeline/blocks.py).
+        .option("combine", "blocks" if args.job == "inventory" else "none")
         .load([f.path for f in files])
     )
     result: dict[str, Any] = {"job": args.job, "output": str(output), "files": len(files)}

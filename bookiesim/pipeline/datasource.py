@@ -17,6 +17,9 @@ Options (all optional):
                     index stay null)
 ``partitions``      about how many Spark tasks (default 8 per core); splits are packed
                     into them in order
+``combine``         ``blocks``: instead of a row per entry, a row per (log, ledger, block
+                    of 64 entry ids) of each batch read, pre-aggregated in the Python
+                    worker (:mod:`bookiesim.pipeline.blocks`; the inventory job's input)
 ==================  ==========================================================================
 
 The driver lists the files and checks their headers when the read is planned, so a bad input
@@ -34,6 +37,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from bookiesim.pipeline.blocks import BLOCKS_DDL, read_split_blocks
 from bookiesim.pipeline.inputs import (
     DEFAULT_MAX_SPLIT_BYTES,
     Split,
@@ -61,6 +65,15 @@ def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
 
 def _option(options: Mapping[str, str], name: str) -> str | None:
     return options.get(name, options.get(name.lower()))
+
+
+def _combine_blocks(options: Mapping[str, str]) -> bool:
+    value = _option(options, "combine")
+    if value is None or value.lower() == "none":
+        return False
+    if value.lower() == "blocks":
+        return True
+    raise ValueError(f"entrylog option combine={value!r}: expected blocks or none")
 
 
 def input_paths(options: Mapping[str, str]) -> list[str]:
@@ -93,6 +106,7 @@ class EntryLogReaderForSpark(DataSourceReader):
         self.problems = _flag(options, "problems")
         self.skip_bad_files = _flag(options, "skipBadFiles")
         self.pulsar = _flag(options, "pulsar", default=True)
+        self.blocks = _combine_blocks(options)
         parts = _option(options, "partitions")
         self.tasks = 8 * (os.cpu_count() or 1) if parts is None else int(parts)
         if self.tasks <= 0:
@@ -112,8 +126,9 @@ class EntryLogReaderForSpark(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SplitsPartition)
+        read = read_split_blocks if self.blocks else read_split
         for split in partition.splits:
-            yield from read_split(split, problems=self.problems, pulsar=self.pulsar)
+            yield from read(split, problems=self.problems, pulsar=self.pulsar)
 
 
 class EntryLogDataSource(DataSource):
@@ -124,7 +139,7 @@ class EntryLogDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType | str:
-        return DDL
+        return BLOCKS_DDL if _combine_blocks(self.options) else DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return EntryLogReaderForSpark(self.options)

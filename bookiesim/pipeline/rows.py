@@ -40,7 +40,7 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
 from bookiesim.pipeline.inputs import Split
 
-__all__ = ["COLUMNS", "DDL", "SCHEMA", "read_split"]
+__all__ = ["COLUMNS", "DDL", "SCHEMA", "Columns", "problem_rows", "read_split", "scan_split"]
 
 SCHEMA = pa.schema(
     [
@@ -96,7 +96,7 @@ def payload_offset(ledger_id: int, body: bytes) -> int | None:
     return None
 
 
-def _problem_batch(split: Split, status: str, location: int, size: int, error: str | None) -> Any:
+def problem_rows(split: Split, status: str, location: int, size: int, error: str | None) -> Any:
     row: dict[str, list[object]] = {name: [None] for name in COLUMNS}
     row.update(
         bookie=[split.bookie],
@@ -109,7 +109,7 @@ def _problem_batch(split: Split, status: str, location: int, size: int, error: s
     return pa.RecordBatch.from_pydict(row, schema=SCHEMA)
 
 
-class _Columns:
+class Columns:
     """The columns of the rows to come, filled a scanner batch at a time. Only what a row
     needs is kept (never the bodies), so a batch is bounded by its row count whatever the
     entry size."""
@@ -193,24 +193,33 @@ def read_split(
     split: Split, *, problems: bool = False, pulsar: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``split`` as Arrow batches (see ``ROWS_PER_BATCH``)."""
+    for item in scan_split(split, problems=problems, pulsar=pulsar, rows=ROWS_PER_BATCH):
+        yield item.to_arrow(split) if isinstance(item, Columns) else item
+
+
+def scan_split(
+    split: Split, *, problems: bool, pulsar: bool, rows: int
+) -> Iterator[Columns | pa.RecordBatch]:
+    """The entries of ``split``, ``rows`` at a time (the last batch may hold fewer), then,
+    with ``problems``, its torn tail or why it is unreadable as a one-row Arrow batch."""
     if split.error is not None:
         if problems:
-            yield _problem_batch(split, "unreadable", 0, 0, split.error)
+            yield problem_rows(split, "unreadable", 0, 0, split.error)
         return
     parse = _pulsar_parser() if pulsar else None
     offsets: dict[int, int | None] = {}
     with EntryLogReader(split.path, split.log_id) as reader:
         scan = scan_entry_log_batches(reader, start=split.start, stop=split.stop)
         # The scanner hands over ~128 KiB at a time; Spark pays per Arrow batch, so rows are
-        # gathered into batches of ROWS_PER_BATCH first.
-        columns = _Columns()
+        # gathered into larger batches first.
+        columns = Columns()
         for records in scan:
             columns.add(records, parse, offsets)
-            if len(columns) >= ROWS_PER_BATCH:
-                yield columns.to_arrow(split)
-                columns = _Columns()
+            if len(columns) >= rows:
+                yield columns
+                columns = Columns()
         if len(columns):
-            yield columns.to_arrow(split)
+            yield columns
         summary = scan.summary
         if problems and summary.torn_offset is not None:
-            yield _problem_batch(split, "torn", summary.torn_offset, summary.torn_bytes, None)
+            yield problem_rows(split, "torn", summary.torn_offset, summary.torn_bytes, None)

@@ -54,6 +54,9 @@ then over the column itself at the next two (a min of mins is the min)."""
 def aggregate(df: DataFrame) -> DataFrame:
     """Per (status, bookie, ledger): the inventory columns, plus problem bytes and errors.
 
+    ``df`` holds the ``entrylog`` source's rows, or its ``combine=blocks`` rows (step 1
+    below already done in the Python workers, per batch; much faster, BENCHMARKS.md).
+
     Three steps, so that the one that sees every row is a plain hash aggregate (sums, mins,
     maxes and a bitwise OR: fixed-size buffers, code-generated) and the set-valued
     aggregates only see its output:
@@ -70,20 +73,31 @@ def aggregate(df: DataFrame) -> DataFrame:
     task, and took about four times as long as the scan itself.
     """
     keys = ("status", "bookie", "ledgerId")
-    entry_id = F.when(F.col("entryId") >= 0, F.col("entryId"))
-    per_block = df.groupBy(
-        *keys,
-        "logId",
-        F.shiftright(entry_id, 6).alias("block"),
-        "error",
-    ).agg(
-        F.bit_or(F.expr(_ID_BIT)).alias("word"),
-        F.count(F.lit(1)).alias("records"),
-        F.sum(F.col("size").cast("long") + 4).alias("bytes"),
-        *(fn(source).alias(name) for name, fn, source in _EXTREMES),
-        F.sum("size").alias("problemBytes"),
-    )
     extremes = [fn(name).alias(name) for name, fn, _ in _EXTREMES]
+    if "word" in df.columns:
+        # The source's combine=blocks rows: step 1 done per batch in the Python workers;
+        # only their partial rows of the same block are merged here.
+        per_block = df.groupBy(*keys, "logId", "block", "error").agg(
+            F.bit_or("word").alias("word"),
+            F.sum("records").alias("records"),
+            F.sum("bytes").alias("bytes"),
+            *extremes,
+            F.sum("problemBytes").alias("problemBytes"),
+        )
+    else:
+        entry_id = F.when(F.col("entryId") >= 0, F.col("entryId"))
+        per_block = df.groupBy(
+            *keys,
+            "logId",
+            F.shiftright(entry_id, 6).alias("block"),
+            "error",
+        ).agg(
+            F.bit_or(F.expr(_ID_BIT)).alias("word"),
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.col("size").cast("long") + 4).alias("bytes"),
+            *(fn(source).alias(name) for name, fn, source in _EXTREMES),
+            F.sum("size").alias("problemBytes"),
+        )
     per_entry_block = per_block.groupBy(*keys, "block").agg(
         F.bit_or("word").alias("word"),
         F.sum("records").alias("records"),
