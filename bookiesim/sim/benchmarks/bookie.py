@@ -238,8 +238,12 @@ def _main(args: argparse.Namespace) -> int:
     )
     for name, ratio in results["ratios"].items():
         console.print(f"{name}: {ratio}")
+    stalled = latency["stalled_share"]
     for target, ok in results["targets"].items():
-        console.print(f"{'PASS' if ok else 'FAIL'}  {target}")
+        why = ""
+        if not ok and target.startswith("p99") and stalled >= 0.01:
+            why = f"  (the disk alone stalled {stalled:.1%} of the time: no bookie could)"
+        console.print(f"{'PASS' if ok else 'FAIL'}  {target}{why}")
     if args.json:
         print(json.dumps(results))
     return 0
