@@ -99,7 +99,11 @@ class SyncLatency:
     max_ms: float
     stalled_share: float
     """Share of the wall time spent inside fdatasyncs that took longer than the stall
-    threshold: an add that arrives then waits at least that long, whatever the bookie does."""
+    threshold."""
+    over_threshold_share: float
+    """Share of the wall time at which an add arriving would wait longer than the threshold
+    for the disk alone (the part of each sync beyond its last ``threshold``): a floor under
+    the share of adds slower than that, whatever the bookie does."""
 
 
 def raw_fdatasync_latency(
@@ -137,6 +141,7 @@ def raw_fdatasync_latency(
         return round(latencies[min(n - 1, int(n * q))] * 1000, 2)
 
     stalled = sum(x for x in latencies if x * 1000 > stall_ms)
+    over = sum(x - stall_ms / 1000 for x in latencies if x * 1000 > stall_ms)
     return SyncLatency(
         syncs_per_second=round(n / wall, 1),
         bytes_per_sync=len(block),
@@ -145,4 +150,5 @@ def raw_fdatasync_latency(
         p999_ms=quantile(0.999),
         max_ms=round(latencies[-1] * 1000, 2),
         stalled_share=round(stalled / wall, 4),
+        over_threshold_share=round(over / wall, 4),
     )

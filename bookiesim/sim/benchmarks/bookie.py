@@ -9,8 +9,9 @@ Runs, in one invocation on the same disk:
   journal defaults (a group waits ``journalMaxGroupWaitMSec``, 2 ms, for company) and once
   with ``journalFlushWhenQueueEmpty=true`` (a group commits as soon as no add is queued);
 * right after the first of those, the disk alone at that run's pace of fdatasyncs and bytes
-  per fdatasync: its latencies, and the share of the time it stalled (fdatasyncs over 5 ms),
-  the floor under the bookie's p99;
+  per fdatasync: its latencies, the share of the time it stalled (fdatasyncs over 5 ms), and
+  the share of the time an add arriving would wait over 5 ms for the disk alone: the floor
+  under the bookie's p99;
 * interleaved mode (``entryLogPerLedgerEnabled=false``) with 10 ledgers, beside it.
 
 Each bookie runs with ``journalSyncData=true``; fsyncs/s and entries per fsync come from the
@@ -234,15 +235,17 @@ def _main(args: argparse.Namespace) -> int:
         f"raw fdatasync at the half-peak run's pace ({latency['syncs_per_second']:,.0f}/s of "
         f"{latency['bytes_per_sync'] / 1024:,.0f} KiB, same disk): p50 {latency['p50_ms']} ms, "
         f"p99 {latency['p99_ms']} ms, p999 {latency['p999_ms']} ms, max {latency['max_ms']} ms; "
-        f"{latency['stalled_share']:.1%} of the time inside fdatasyncs over 5 ms"
+        f"{latency['stalled_share']:.1%} of the time inside fdatasyncs over 5 ms, so an add "
+        f"arriving would wait over 5 ms for the disk alone {latency['over_threshold_share']:.1%} "
+        "of the time"
     )
     for name, ratio in results["ratios"].items():
         console.print(f"{name}: {ratio}")
-    stalled = latency["stalled_share"]
+    floor = latency["over_threshold_share"]
     for target, ok in results["targets"].items():
         why = ""
-        if not ok and target.startswith("p99") and stalled >= 0.01:
-            why = f"  (the disk alone stalled {stalled:.1%} of the time: no bookie could)"
+        if not ok and target.startswith("p99") and floor >= 0.01:
+            why = f"  (the disk alone makes {floor:.1%} of adds wait over 5 ms: no bookie could)"
         console.print(f"{'PASS' if ok else 'FAIL'}  {target}{why}")
     if args.json:
         print(json.dumps(results))
