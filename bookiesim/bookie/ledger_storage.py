@@ -172,8 +172,9 @@ class LedgerStorage:
 
         The order is the safety argument: the index reaches the OS only here, right after
         the bytes it points at (no add can run in between), and :meth:`StorageCheckpoint.sync`
-        makes the logs durable before the index. So neither a kill -9 nor a power loss can
-        leave an index entry pointing past the end of its log.
+        makes the logs durable before the index. So a kill -9 cannot leave an index entry
+        pointing past the end of its log, and a power loss only if the kernel writes an index
+        page back on its own while the logs' fsync runs (docs/bookie.md).
         """
         plan = self.entry_logger.prepare_checkpoint()
         return StorageCheckpoint(plan, self.index.flush_dirty(), self.index.directories)
