@@ -16,7 +16,6 @@ after a crash, overwriting whatever the index held for it.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
 from bookiesim.bookie.ledger_index import LedgerIndex
-from bookiesim.entrylog import logger, writeback
+from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 
@@ -263,18 +262,10 @@ class StorageCheckpoint:
     def sync(self) -> None:
         """fsync the planned logs, then the index files. Blocking."""
         self.plan.sync()
-        if len(self.index_paths) >= logger.SYNCFS_MIN_FILES:
+        if len(self.index_paths) >= writeback.SYNCFS_MIN_FILES:
             # Churn: thousands of ledgers written since the last checkpoint (as for logs).
             writeback.sync_file_systems(self.index_dirs)
             return
         for path in self.index_paths:
-            # A separate descriptor: fsync flushes the file, whichever descriptor wrote it,
-            # and the index's own descriptors belong to the owner thread.
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # deleted since (ledger deleted by GC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            # The index's own descriptors belong to the owner thread.
+            writeback.fsync_path(path)

@@ -98,13 +98,6 @@ __all__ = [
 DEFAULT_LOG_SIZE_LIMIT = 1 << 30
 """Upstream ``logSizeLimit`` default (1 GiB)."""
 
-SYNCFS_MIN_FILES = 64
-"""A checkpoint with at least this many logs to fsync makes them durable with one ``syncfs``
-per file system instead. Under churn (many ledgers, few active logs: every write may evict a
-log) a checkpoint has tens of thousands of rotated logs, and their fsyncs one by one took
-20-30 s here; a ``syncfs`` writes the same data with one call. Below it, per-file fsyncs
-leave the rest of the file system alone, as upstream does."""
-
 # Rotations that BP-32 adds; upstream has none of them (``upstream_behaviour``).
 _BP32_REASONS = frozenset(
     {RotationReason.WRITE_CLOSE, RotationReason.FENCE, RotationReason.REPLICATION}
@@ -203,7 +196,7 @@ class CheckpointPlan:
         """
         if self._synced:
             raise RuntimeError("this checkpoint plan was already synced")
-        if len(self._items) >= SYNCFS_MIN_FILES:
+        if len(self._items) >= writeback.SYNCFS_MIN_FILES:
             self._sync_file_systems()
         else:
             self._sync_files()
@@ -225,9 +218,11 @@ class CheckpointPlan:
                     continue
             # Closed since the plan was made (rotated meanwhile): every byte it held reached
             # the OS before its descriptor was closed, so an fsync through a new one covers it.
-            _fsync_path(path)
+            # (Gone meanwhile: only a flushed log may be deleted, by GC, after an overlapping
+            # checkpoint flushed it; nothing of it is left to persist.)
+            writeback.fsync_path(path)
         for d in self._dirs:
-            _fsync_path(d, directory=True)
+            writeback.fsync_path(d, directory=True)
 
     def _sync_file_systems(self) -> None:
         # Each open log's position first: what reached the OS by then is what the syncfs
@@ -237,21 +232,9 @@ class CheckpointPlan:
             for writer, _ in self._items:
                 if writer is not None and not writer.closed:
                     positions.append((writer, writer.os_position))
-        writeback.sync_file_systems({*self._dirs, *(Path(p).parent for _, p in self._items)})
-
-
-def _fsync_path(path: str | Path, *, directory: bool = False) -> None:
-    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        # Only a flushed log may be deleted (by GC); an overlapping checkpoint flushed it
-        # already, so nothing of it is left to persist.
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        writeback.sync_file_systems(
+            {*map(str, self._dirs), *(os.path.dirname(p) for _, p in self._items)}
+        )
 
 
 class EntryLogger:

@@ -9,8 +9,11 @@ the writeback, do not wait) leaves the checkpoint little to flush. It promises n
 
 ``syncfs``: makes everything on one file system durable with one call. Ledger storage uses it
 once at start-up, to adopt whatever an earlier process left in the page cache (see
-:meth:`bookiesim.bookie.ledger_storage.LedgerStorage.from_config`). Where the call does not
-exist, ``os.sync()`` (every file system) does the same job.
+:meth:`bookiesim.bookie.ledger_storage.LedgerStorage.from_config`), and a checkpoint with
+:data:`SYNCFS_MIN_FILES` files or more to make durable uses it instead of one fsync each.
+Where the call does not exist, ``os.sync()`` (every file system) does the same job.
+
+:func:`fsync_path` is the per-file way, for a file whose writer holds its own descriptor.
 """
 
 from __future__ import annotations
@@ -21,9 +24,24 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 
-__all__ = ["available", "start_writeback", "sync_file_systems", "sync_filesystem"]
+__all__ = [
+    "SYNCFS_MIN_FILES",
+    "available",
+    "fsync_path",
+    "start_writeback",
+    "sync_file_systems",
+    "sync_filesystem",
+]
 
 SYNC_FILE_RANGE_WRITE = 2
+
+SYNCFS_MIN_FILES = 64
+"""A checkpoint with at least this many files to fsync (entry logs, or index files) makes
+them durable with one ``syncfs`` per file system instead. Under churn (many ledgers, few
+active logs: every write may evict a log) a checkpoint has tens of thousands of rotated
+logs, and their fsyncs one by one took 20-30 s here; a ``syncfs`` writes the same data with
+one call. Below it, per-file fsyncs leave the rest of the file system alone, as upstream
+does. Read at each checkpoint, so a test may lower it."""
 
 _call = None
 _syncfs_call = None
@@ -86,6 +104,22 @@ def sync_file_systems(directories: Iterable[str | os.PathLike[str]]) -> None:
         if device not in devices:
             devices.add(device)
             sync_filesystem(directory)
+
+
+def fsync_path(path: str | os.PathLike[str], *, directory: bool = False) -> None:
+    """fsync a file (or a directory) through a descriptor of our own: fsync acts on the
+    inode, whichever descriptor wrote the data. A file gone since is skipped: only a file
+    already made durable (a flushed log) or no longer needed (a deleted ledger's index) is
+    ever removed."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _raise_errno() -> None:

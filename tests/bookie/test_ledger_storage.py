@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint
-from bookiesim.entrylog import logger as logger_module
-from bookiesim.entrylog.logger import SYNCFS_MIN_FILES
+from bookiesim.entrylog import writeback
+from bookiesim.entrylog.writeback import SYNCFS_MIN_FILES
 from bookiesim.simulation.disk import SimDisk
 
 from ..gc.helpers import body, config, crash, open_storage, write
@@ -93,10 +93,10 @@ class StorageCrashMachine(RuleBasedStateMachine):
         per_ledger=st.booleans(),
         open_files=st.integers(1, 2),
         buffer=st.sampled_from([512, 65536]),
-        syncfs_from=st.sampled_from([1, logger_module.SYNCFS_MIN_FILES]),
+        syncfs_from=st.sampled_from([1, writeback.SYNCFS_MIN_FILES]),
     )
     def start(self, per_ledger: bool, open_files: int, buffer: int, syncfs_from: int) -> None:
-        logger_module.SYNCFS_MIN_FILES = syncfs_from  # 1: every checkpoint takes a syncfs
+        writeback.SYNCFS_MIN_FILES = syncfs_from  # 1: every checkpoint takes a syncfs
         self.cfg = config(
             self.root,
             entry_log_per_ledger_enabled=per_ledger,
@@ -111,7 +111,7 @@ class StorageCrashMachine(RuleBasedStateMachine):
         self.storage = LedgerStorage.from_config(self.cfg, clock=lambda: 0.0)
 
     def teardown(self) -> None:
-        logger_module.SYNCFS_MIN_FILES = SYNCFS_MIN_FILES
+        writeback.SYNCFS_MIN_FILES = SYNCFS_MIN_FILES
         try:
             if hasattr(self, "storage"):
                 self.storage.close()

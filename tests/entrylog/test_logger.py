@@ -25,13 +25,7 @@ import trio.testing
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import HEADER_SIZE, LogHeader
-from bookiesim.entrylog.logger import (
-    SYNCFS_MIN_FILES,
-    CheckpointPlan,
-    EntryLogger,
-    RotationEvent,
-    RotationReason,
-)
+from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 from bookiesim.entrylog.metadata import extract_by_scanning, extract_from_ledgers_map
 from bookiesim.entrylog.reader import EntryReadError, WrongEntryError
 from bookiesim.simulation.disk import SimDisk
@@ -158,7 +152,7 @@ def test_a_checkpoint_of_many_logs_syncs_the_file_system_once(
                 add(logger, written, ledger, entry)
         open_logs = list(logger.active_logs().values())
         plan = logger.prepare_checkpoint()
-        assert len(plan.paths) >= SYNCFS_MIN_FILES
+        assert len(plan.paths) >= writeback.SYNCFS_MIN_FILES
         plan.sync()
         logger.complete_checkpoint(plan)
         assert len(syncfs_calls) == 1
