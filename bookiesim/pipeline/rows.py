@@ -40,7 +40,7 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
 from bookiesim.pipeline.inputs import Split
 
-__all__ = ["COLUMNS", "DDL", "SCHEMA", "Columns", "problem_rows", "read_split", "scan_split"]
+__all__ = ["COLUMNS", "DDL", "SCHEMA", "Columns", "read_split", "scan_split"]
 
 SCHEMA = pa.schema(
     [
@@ -96,7 +96,7 @@ def payload_offset(ledger_id: int, body: bytes) -> int | None:
     return None
 
 
-def problem_rows(split: Split, status: str, location: int, size: int, error: str | None) -> Any:
+def _problem_batch(split: Split, status: str, location: int, size: int, error: str | None) -> Any:
     row: dict[str, list[object]] = {name: [None] for name in COLUMNS}
     row.update(
         bookie=[split.bookie],
@@ -204,7 +204,7 @@ def scan_split(
     with ``problems``, its torn tail or why it is unreadable as a one-row Arrow batch."""
     if split.error is not None:
         if problems:
-            yield problem_rows(split, "unreadable", 0, 0, split.error)
+            yield _problem_batch(split, "unreadable", 0, 0, split.error)
         return
     parse = _pulsar_parser() if pulsar else None
     offsets: dict[int, int | None] = {}
@@ -222,4 +222,4 @@ def scan_split(
             yield columns
         summary = scan.summary
         if problems and summary.torn_offset is not None:
-            yield problem_rows(split, "torn", summary.torn_offset, summary.torn_bytes, None)
+            yield _problem_batch(split, "torn", summary.torn_offset, summary.torn_bytes, None)

@@ -25,6 +25,7 @@ from tests.entrylog.entries import scratch_dir
 from tests.pipeline.logs import body, write_log
 
 Key = tuple[Any, ...]
+KEY_NAMES = ("status", "logId", "ledgerId", "block", "error")
 
 
 def reference(rows: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
@@ -62,9 +63,9 @@ def merged(blocks: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
     """The blocks' partial rows merged as Spark merges them (OR, sums, extremes)."""
     out: dict[Key, dict[str, Any]] = {}
     for b in blocks:
-        key = (b["status"], b["logId"], b["ledgerId"], b["block"], b["error"])
+        key = tuple(b[name] for name in KEY_NAMES)
         if key not in out:
-            out[key] = {k: v for k, v in b.items() if k not in ("bookie", *key_names)}
+            out[key] = {k: v for k, v in b.items() if k not in ("bookie", *KEY_NAMES)}
             continue
         g = out[key]
         if b["word"] is not None:
@@ -77,9 +78,6 @@ def merged(blocks: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
             if name.startswith(("last", "max")) and b[name] is not None:
                 g[name] = b[name] if g[name] is None else max(g[name], b[name])
     return {k: {n: v for n, v in g.items() if v is not None or n == "word"} for k, g in out.items()}
-
-
-key_names = ("status", "logId", "ledgerId", "block", "error")
 
 
 def pulsar_body(ledger_id: int, entry_id: int, stamp: int) -> bytes:

@@ -144,8 +144,8 @@ def run_bookie_bench(
             if index == 0:
                 peak = float(result["adds_per_second"])
             if scenario.name == HALF:
-                # The disk alone at the journal's pace of this run, right after it: if the
-                # disk itself stalls for 1% of the time, no bookie gets a p99 under 5 ms.
+                # The disk alone at the journal's pace of this run, right after it: if an add
+                # would wait over 5 ms for it 1% of the time, no bookie gets a p99 under 5 ms.
                 results["raw_fdatasync_latency"] = dataclasses.asdict(
                     raw_fdatasync_latency(
                         root / "fdatasync-paced.bin",
