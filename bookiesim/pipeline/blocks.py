@@ -67,7 +67,9 @@ def read_split_blocks(
     split: Split, *, problems: bool = False, pulsar: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """The partial rows of ``split``, one Arrow batch per :data:`ROWS_PER_GROUPING` records."""
-    for item in scan_split(split, problems=problems, pulsar=pulsar, rows=ROWS_PER_GROUPING):
+    for item in scan_split(
+        split, problems=problems, pulsar=pulsar, rows=ROWS_PER_GROUPING, lacs=False
+    ):
         if isinstance(item, Columns):
             yield _grouped(item, split)
         else:

@@ -123,6 +123,49 @@ def test_pulsar_fields_are_read_for_every_digest_type(tmp_path: Path) -> None:
     ] + [(9, None, None, None)]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.integers(0, 3),  # ledger: 0 and 1 use CRC32C, 2 and 3 CRC32
+            st.one_of(
+                st.integers(0, 10**12),  # a Pulsar entry published then
+                st.binary(max_size=40),  # any other payload, Pulsar's first byte too
+            ),
+        ),
+        max_size=80,
+    )
+)
+def test_pulsar_fields_are_those_of_each_entry(entries: list[tuple[int, int | bytes]]) -> None:
+    """Whatever mix a batch holds (Pulsar or not, payloads shorter than a magic, a leading
+    0x0e that is no magic, two payload offsets), each row has its own entry's fields."""
+    from bookiesim.client.digest import DigestManager, DigestType
+    from bookiesim.mledger.entry_format import encode_pulsar_entry
+
+    bodies, expected = [], []
+    next_entry = [0] * 4
+    for ledger_id, payload in entries:
+        digest = DigestType.CRC32C if ledger_id < 2 else DigestType.CRC32
+        e = next_entry[ledger_id]
+        next_entry[ledger_id] += 1
+        fields: tuple[int | None, ...] = (None, None, None)
+        if isinstance(payload, int):
+            fields = (payload, payload + 1, payload // 2)
+            payload = encode_pulsar_entry(
+                b"m", publish_time=fields[0], broker_timestamp=fields[1], index=fields[2]
+            )
+        bodies.append(DigestManager(ledger_id, b"", digest).package(e, e - 1, 0, payload))
+        expected.append((ledger_id, e, *fields))
+    with scratch_dir() as d:
+        write_log(d / "b" / "ledgers", 1, bodies)
+        got = [
+            (r["ledgerId"], r["entryId"], r["publishTime"], r["brokerTimestamp"], r["index"])
+            for r in rows(d, 1 << 30, pulsar=True)
+            if r["status"] == "entry"
+        ]
+    assert got == expected
+
+
 def test_splits_are_packed_into_balanced_tasks_in_order(tmp_path: Path) -> None:
     from bookiesim.pipeline.inputs import MIN_PARTITION_BYTES, pack_splits
 
