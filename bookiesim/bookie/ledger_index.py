@@ -34,12 +34,18 @@ opens one, so the cap holds at every instant, not just between calls. Closing a 
 only closes the descriptor: its dirty state stays in memory until the next flush. (Upstream
 writes an evicted page out at once. Here that page could point at entry-log bytes still in
 the log writer's buffer, and a kill -9 would then leave the index pointing past the end of
-the log, at entries the journal never synced and replay cannot repair; a checkpoint writes
-the index right after handing the logs' buffers to the OS, and fsyncs it after the logs.)
-A flushed file's pages stay in the kernel until :meth:`LedgerIndex.fsync` or the caller of
-:meth:`LedgerIndex.flush_dirty` reopens the file to sync it; that is safe because fsync acts
-on the inode, not the descriptor, and current Linux kernels (errseq_t) report a writeback
-error that nobody has seen yet to a later opener too.
+the log, at entries the journal never synced and replay cannot repair.)
+
+A checkpoint goes further: an index page may reach the OS only once the log bytes it points
+at are durable, because the kernel may write any page back on its own before an fsync is
+asked for, and a power loss would then leave a durable index pointing at log bytes that are
+gone. So :meth:`LedgerIndex.detach_dirty` sets the dirty locations aside when the logs'
+buffers go to the OS, reads keep seeing them, and :meth:`LedgerIndex.write_detached` writes
+them after the logs' fsync; what was added in between stays dirty for the next checkpoint.
+:meth:`LedgerIndex.write_detached` returns the paths to sync, and a worker reopens the files
+to sync them; that is safe because fsync acts on the inode, not the descriptor, and current
+Linux kernels (errseq_t) report a writeback error that nobody has seen yet to a later opener
+too.
 
 A ledger's in-memory state (key, fence bit, explicit LAC, dirty locations, last entry id)
 stays loaded while its descriptor comes and goes; it is read from the header on first access
@@ -47,8 +53,8 @@ after startup and dropped when the ledger is deleted.
 
 Nothing here is thread-safe: call it from one thread (the trio thread). Even ``fsync()``
 may open, evict and flush files, so it must not run in a worker while adds continue; to keep
-fdatasync off the trio thread, :meth:`LedgerIndex.flush_dirty` writes on the caller's thread
-and returns the paths to sync, which a worker syncs with descriptors of its own.
+fdatasync off the trio thread, :meth:`LedgerIndex.write_detached` writes on the caller's
+thread and returns the paths to sync, which a worker syncs with descriptors of its own.
 """
 
 from __future__ import annotations
@@ -320,6 +326,8 @@ class IndexFile:
         "_new_dirs",
         "_on_disk",
         "_open_flags",
+        "_pending",
+        "_pending_max",
         "_state_bits",
         "_tracker",
         "_unsynced",
@@ -351,6 +359,10 @@ class IndexFile:
         self._fd: int | None = None
         self._dirty: dict[int, int] = {}
         self._dirty_max = -1
+        # Locations set aside by detach() for the checkpoint in flight: they may reach the
+        # OS only once the log bytes they point at are durable (write_detached()).
+        self._pending: dict[int, int] = {}
+        self._pending_max = -1
         self._disk_slots = 0  # complete 8-byte location slots in the file
         self._last_on_disk: int | None = None if on_disk else -1  # None = not scanned yet
         self._unsynced = False  # written since the last fsync
@@ -463,6 +475,10 @@ class IndexFile:
         location = self._dirty.get(entry_id)
         if location is not None:
             return location
+        if self._pending:
+            location = self._pending.get(entry_id)
+            if location is not None:
+                return location
         if entry_id < 0:
             raise ValueError(f"ledger {self.ledger_id}: entry id {entry_id} is negative")
         if entry_id >= self._disk_slots:
@@ -477,7 +493,7 @@ class IndexFile:
         """The highest entry id with a non-zero location, or -1."""
         if self._last_on_disk is None:
             self._last_on_disk = self._scan_last_on_disk()
-        return max(self._last_on_disk, self._dirty_max)
+        return max(self._last_on_disk, self._dirty_max, self._pending_max)
 
     def _scan_last_on_disk(self) -> int:
         # Read backwards a page at a time; rstrip finds the last non-zero byte in C.
@@ -494,9 +510,11 @@ class IndexFile:
     def entries(self) -> Iterator[tuple[int, int]]:
         """``(entry_id, location)`` for every entry with a location, in entry id order.
 
-        Dirty locations are merged in as of the call; the file is read a page at a time.
+        Dirty and detached locations are merged in as of the call; the file is read a page
+        at a time.
         """
-        dirty = sorted(self._dirty.items())
+        unwritten = {**self._pending, **self._dirty} if self._pending else self._dirty
+        dirty = sorted(unwritten.items())
         di = 0
         nd = len(dirty)
         slots = self._disk_slots
@@ -524,8 +542,8 @@ class IndexFile:
 
     @property
     def dirty(self) -> bool:
-        """True if there are changes :meth:`flush` has not written."""
-        return self._header_dirty or bool(self._dirty)
+        """True if there are changes :meth:`flush` has not written (detached ones too)."""
+        return self._header_dirty or bool(self._dirty) or bool(self._pending)
 
     @property
     def needs_sync(self) -> bool:
@@ -539,19 +557,39 @@ class IndexFile:
     def flush(self) -> None:
         """Write the dirty header and locations (to the kernel; :meth:`fsync` for the disk).
 
-        On an error the dirty state is kept, so a later flush writes it again.
+        On an error the unwritten state is kept, so a later flush writes it again.
         """
-        if not (self._header_dirty or self._dirty):
+        self.detach()
+        self.write_detached()
+
+    def detach(self) -> None:
+        """Set the dirty locations aside for :meth:`write_detached`; changes made after this
+        stay dirty for the next time. Reads see both. (A checkpoint detaches when it hands
+        the logs' buffers to the OS and writes once they are durable.)"""
+        if not self._dirty:
+            return
+        if self._pending:
+            self._pending.update(self._dirty)  # a failed write's leftovers; newer wins
+        else:
+            self._pending = self._dirty
+        self._pending_max = max(self._pending_max, self._dirty_max)
+        self._dirty = {}
+        self._dirty_max = -1
+
+    def write_detached(self) -> None:
+        """Write the dirty header and the detached locations to the kernel."""
+        if not (self._header_dirty or self._pending):
             return
         fd = self._io_fd()
         if self._header_dirty:
+            # The header points into no log, so its newest state may go with any write.
             _pwrite_full(fd, encode_header(self.header), 0)
             self._header_dirty = False
             self._unsynced = True
-        if self._dirty:
-            dirty = self._dirty
-            ids = sorted(dirty)
-            packed = array("q", map(dirty.__getitem__, ids))
+        if self._pending:
+            pending = self._pending
+            ids = sorted(pending)
+            packed = array("q", map(pending.__getitem__, ids))
             if _LITTLE_ENDIAN:
                 packed.byteswap()
             raw = memoryview(packed).cast("B")
@@ -570,8 +608,8 @@ class IndexFile:
             self._disk_slots = max(self._disk_slots, last + 1)
             if self._last_on_disk is not None:
                 self._last_on_disk = max(self._last_on_disk, last)
-            self._dirty = {}
-            self._dirty_max = -1
+            self._pending = {}
+            self._pending_max = -1
 
     def fsync(self) -> None:
         """Make everything flushed so far durable, including new directory entries."""
@@ -603,6 +641,7 @@ class IndexFile:
         """Close without flushing and remove the file. The object must not be used again."""
         self._close_fd()
         self._dirty = {}
+        self._pending = {}
         self._header_dirty = False
         self._unsynced = False
         self._new_dirs = []
@@ -660,10 +699,12 @@ class IndexFile:
     def _check(self) -> None:
         """Assert this file's invariants. Cost: O(dirty entries)."""
         assert self._dirty_max == max(self._dirty, default=-1)
-        assert all(e >= 0 and 0 < loc <= MAX_LOCATION for e, loc in self._dirty.items())
+        assert self._pending_max == max(self._pending, default=-1)
+        for unwritten in (self._dirty, self._pending):
+            assert all(e >= 0 and 0 < loc <= MAX_LOCATION for e, loc in unwritten.items())
         assert len(encode_header(self.header)) == HEADER_SIZE
         assert self._on_disk or (self._fd is None and self._disk_slots == 0)
-        assert self._on_disk or self._header_dirty or not (self._dirty or self._unsynced)
+        assert self._on_disk or self._header_dirty or not (self.dirty or self._unsynced)
         if self._last_on_disk is not None:
             assert self._last_on_disk < self._disk_slots
 
@@ -698,10 +739,12 @@ class LedgerIndex:
         self._files: dict[int, IndexFile] = {}  # loaded ledgers
         self._open: OrderedDict[int, IndexFile] = OrderedDict()  # open descriptors, LRU first
         self._touched: set[int] = set()
-        """Ledgers changed since the last :meth:`flush_dirty`: only they can have anything
+        """Ledgers changed since the last :meth:`detach_dirty`: only they can have anything
         to write or sync, so a checkpoint's cost follows what changed, not how many ledgers
         the bookie holds (an idle bookie with thousands of ledgers checkpoints every
         second)."""
+        self._detached: set[int] = set()
+        """Ledgers whose detached locations a checkpoint in flight has still to write."""
         # Deletions: how many so far, the most recent ids, and an epoch no other index
         # shares, so that a cursor of this index never matches another's count.
         self._epoch = next(_INDEX_EPOCHS)
@@ -868,31 +911,47 @@ class LedgerIndex:
         for directory in directories:
             _fsync_dir(directory)
 
-    def flush_dirty(self) -> list[Path]:
-        """Flush every dirty ledger and hand over what needs an fsync, for a worker thread.
+    def detach_dirty(self) -> list[IndexFile]:
+        """A checkpoint's first index step: set aside every changed ledger's dirty
+        locations (:meth:`IndexFile.detach`), to be written by :meth:`write_detached` once
+        the log bytes they point at are durable. Changes made after this call belong to the
+        next checkpoint."""
+        touched = [f for lid in sorted(self._touched) if (f := self._files.get(lid)) is not None]
+        for index_file in touched:
+            index_file.detach()
+        self._detached.update(self._touched)
+        self._touched.clear()
+        return touched
+
+    def write_detached(self, files: list[IndexFile]) -> list[Path]:
+        """Write what :meth:`detach_dirty` set aside, and hand over what needs an fsync,
+        for a worker thread.
 
         Returns the index files written since their last sync, then each directory that
         gained an entry (a new file or subdirectory) once. Their sync flags are cleared: the
         caller now owns making them durable with descriptors of its own (fsync acts on the
         inode, so any descriptor will do; a path may be gone if the ledger is deleted
         meanwhile) and must treat a failed sync as a failed checkpoint, as upstream does.
-        Writes made after this call are flagged again and belong to the next checkpoint.
+        A write that raises leaves every ledger of ``files`` for the next checkpoint.
         """
-        touched = [f for lid in sorted(self._touched) if (f := self._files.get(lid)) is not None]
-        dirty = [f for f in touched if f.dirty]
-        dirty.sort(key=lambda f: not f.is_open)  # as in flush()
-        for index_file in dirty:
-            index_file.flush()
-        files: list[Path] = []
+        current = [f for f in files if self._files.get(f.ledger_id) is f]  # not deleted
+        current.sort(key=lambda f: not f.is_open)  # as in flush()
+        try:
+            for index_file in current:
+                index_file.write_detached()
+        except BaseException:
+            self._touched.update(f.ledger_id for f in current)
+            raise
+        finally:
+            self._detached.difference_update(f.ledger_id for f in files)
+        paths: list[Path] = []
         directories: dict[Path, None] = {}
-        for index_file in touched:
+        for index_file in current:
             if index_file._unsynced:
-                files.append(index_file.path)
+                paths.append(index_file.path)
                 index_file._unsynced = False
             directories.update(dict.fromkeys(index_file._take_new_dirs()))
-        # Only now: a flush that raised leaves every touched ledger for the next checkpoint.
-        self._touched.clear()
-        return [*files, *directories]
+        return [*paths, *directories]
 
     def close(self) -> None:
         """Flush, fsync and close every descriptor (a clean shutdown)."""
@@ -918,7 +977,9 @@ class LedgerIndex:
             assert index_file.ledger_id == ledger_id
             assert self._paths[ledger_id] == index_file.path
             if index_file.dirty or index_file.needs_sync:
-                assert ledger_id in self._touched, f"ledger {ledger_id} changed, not touched"
+                assert ledger_id in self._touched or ledger_id in self._detached, (
+                    f"ledger {ledger_id} changed, not touched"
+                )
             index_file._check()
         for ledger_id, path in self._paths.items():
             assert any(path == index_path(d, ledger_id) for d in self._dirs)

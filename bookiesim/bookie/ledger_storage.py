@@ -24,7 +24,7 @@ from pathlib import Path
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
-from bookiesim.bookie.ledger_index import LedgerIndex
+from bookiesim.bookie.ledger_index import IndexFile, LedgerIndex
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
@@ -71,10 +71,11 @@ class LedgerStorage:
         """Open the storage in ``cfg``'s directories.
 
         First, one ``syncfs`` per file system makes durable whatever an earlier process left
-        in the page cache (after a kill -9: log bytes and index pages it never fsynced). This
-        process's checkpoints fsync whole index files, so without it they could make an old
-        index page durable while the log bytes it points at are still not, and a power loss
-        would then leave the index pointing past the end of a log.
+        in the page cache (after a kill -9: log bytes and index pages it never fsynced), so
+        that what this process reads back at start-up and builds on is what a power loss
+        would leave too. (It also covers index files written by a version of the bookie that
+        wrote index pages before the logs' fsync: this process's checkpoints fsync whole
+        index files, and could otherwise make such a page durable before its log bytes.)
         """
         writeback.sync_file_systems([*cfg.ledger_directories, *cfg.effective_index_directories])
         logger = EntryLogger.from_config(cfg, clock=clock, on_rotate=on_rotate)
@@ -167,42 +168,46 @@ class LedgerStorage:
 
     def prepare_checkpoint(self) -> StorageCheckpoint:
         """Step 1 of a checkpoint, on the owner thread: hand every entry log's buffer to the
-        OS, then write the index's dirty pages, and list what to fsync.
+        OS and set the index's dirty locations aside (no add can run in between, so they
+        point only at bytes handed over).
 
-        The order is the safety argument: the index reaches the OS only here, right after
-        the bytes it points at (no add can run in between), and :meth:`StorageCheckpoint.sync`
-        makes the logs durable before the index. So a kill -9 cannot leave an index entry
-        pointing past the end of its log, and a power loss only if the kernel writes an index
-        page back on its own while the logs' fsync runs (docs/bookie.md).
+        Then, in order: :meth:`StorageCheckpoint.sync_logs` (a worker thread),
+        :meth:`write_index` (owner), :meth:`StorageCheckpoint.sync_index` (a worker) and
+        :meth:`complete_checkpoint` (owner). The index reaches the OS only once the logs it
+        points into are durable, so neither a kill -9 nor a power loss, whatever the kernel
+        writes back on its own meanwhile, can leave it pointing past the end of a log.
         """
         plan = self.entry_logger.prepare_checkpoint()
-        return StorageCheckpoint(plan, self.index.flush_dirty(), self.index.directories)
+        return StorageCheckpoint(plan, self.index.detach_dirty(), self.index.directories)
+
+    def write_index(self, checkpoint: StorageCheckpoint) -> None:
+        """Step 3, owner thread, after :meth:`StorageCheckpoint.sync_logs` succeeded: write
+        the index locations the checkpoint set aside, and list the files to sync."""
+        checkpoint.index_paths = self.index.write_detached(checkpoint.index_files)
 
     def complete_checkpoint(self, checkpoint: StorageCheckpoint) -> None:
-        """Step 3, owner thread, after :meth:`StorageCheckpoint.sync` succeeded: rotated logs
-        are closed and flushed, and leastUnflushedLogId moves (§4)."""
+        """Step 5, owner thread, after :meth:`StorageCheckpoint.sync_index` succeeded:
+        rotated logs are closed and flushed, and leastUnflushedLogId moves (§4)."""
         self.entry_logger.complete_checkpoint(checkpoint.plan)
 
     async def checkpoint(self) -> None:
         """Make every entry log and index file durable; rotated logs are closed.
 
-        The fsyncs run in a worker thread while adds continue (:meth:`prepare_checkpoint`
-        and :meth:`complete_checkpoint` on the trio thread).
+        The fsyncs run in a worker thread while adds continue; the other steps run on the
+        trio thread (:meth:`prepare_checkpoint`).
         """
         checkpoint = self.prepare_checkpoint()
-        if checkpoint.empty:
-            # An idle bookie checkpoints every flushInterval with nothing to make durable;
-            # a thread hop (or, under virtual time, a slow disk's delay) for no fsync
-            # would only cost time.
-            checkpoint.sync()
-        else:
-            await run_blocking(checkpoint.sync)
+        await _off_thread_unless(checkpoint.plan.empty, checkpoint.sync_logs)
+        self.write_index(checkpoint)
+        await _off_thread_unless(not checkpoint.index_paths, checkpoint.sync_index)
         self.complete_checkpoint(checkpoint)
 
     def checkpoint_blocking(self) -> None:
         """The same, without trio (replay at start-up, tests, shutdown)."""
         checkpoint = self.prepare_checkpoint()
-        checkpoint.sync()
+        checkpoint.sync_logs()
+        self.write_index(checkpoint)
+        checkpoint.sync_index()
         self.complete_checkpoint(checkpoint)
 
     async def sync_entry_logs(self) -> None:
@@ -238,30 +243,41 @@ class LedgerStorage:
             self.index.release()
 
 
+async def _off_thread_unless(nothing_to_do: bool, sync: Callable[[], None]) -> None:
+    if nothing_to_do:
+        # An idle bookie checkpoints every flushInterval with nothing to make durable; a
+        # thread hop (or, under virtual time, a slow disk's delay) for no fsync would only
+        # cost time.
+        sync()
+    else:
+        await run_blocking(sync)
+
+
 class StorageCheckpoint:
     """What one checkpoint makes durable: entry logs first, then index files.
 
-    Made by :meth:`LedgerStorage.prepare_checkpoint`; :meth:`sync` is the only method that
-    may run on another thread.
+    Made by :meth:`LedgerStorage.prepare_checkpoint`; :meth:`sync_logs` and
+    :meth:`sync_index` are the only methods that may run on another thread.
     """
 
-    __slots__ = ("index_dirs", "index_paths", "plan")
+    __slots__ = ("index_dirs", "index_files", "index_paths", "plan")
 
     def __init__(
-        self, plan: CheckpointPlan, index_paths: Sequence[Path], index_dirs: Sequence[Path]
+        self, plan: CheckpointPlan, index_files: list[IndexFile], index_dirs: Sequence[Path]
     ) -> None:
         self.plan = plan
-        self.index_paths = index_paths
+        self.index_files = index_files
+        """The ledgers whose locations were set aside, for :meth:`LedgerStorage.write_index`."""
+        self.index_paths: Sequence[Path] = ()
+        """What :meth:`LedgerStorage.write_index` wrote: files, then new directories."""
         self.index_dirs = index_dirs
 
-    @property
-    def empty(self) -> bool:
-        """True when :meth:`sync` would fsync nothing (an idle bookie's checkpoint)."""
-        return self.plan.empty and not self.index_paths
-
-    def sync(self) -> None:
-        """fsync the planned logs, then the index files. Blocking."""
+    def sync_logs(self) -> None:
+        """fsync the planned logs. Blocking."""
         self.plan.sync()
+
+    def sync_index(self) -> None:
+        """fsync the index files written. Blocking."""
         if len(self.index_paths) >= writeback.SYNCFS_MIN_FILES:
             # Churn: thousands of ledgers written since the last checkpoint (as for logs).
             writeback.sync_file_systems(self.index_dirs)

@@ -216,6 +216,12 @@ class SimDisk:
             for name in sorted(names):
                 self._sync_path(os.path.join(dirpath, name))
 
+    def write_back(self, path: Path) -> None:
+        """The kernel writes a file's dirty pages back on its own (their age, memory
+        pressure): what the process handed to the OS so far becomes durable, no fsync asked.
+        What a program may rely on is only what it fsynced; this is the other half."""
+        self._sync_path(os.path.realpath(path))
+
     def _sync_path(self, path: str) -> None:
         faults = self._root_of(path)
         if faults is None or faults.frozen or not os.path.isfile(path):

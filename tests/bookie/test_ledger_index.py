@@ -683,12 +683,17 @@ def test_read_only_open_reads_and_refuses_to_write(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
-def test_flush_dirty_hands_over_files_then_directories(tmp_path: Path) -> None:
+def flush_dirty(index: LedgerIndex) -> list[Path]:
+    """Both index steps of a checkpoint at once (nothing in between)."""
+    return index.write_detached(index.detach_dirty())
+
+
+def test_write_detached_hands_over_files_then_directories(tmp_path: Path) -> None:
     index = LedgerIndex([tmp_path], max_open_files=1)
     for lid in (1, 2):
         index.create_ledger(lid, KEY)
         index.set_location(lid, 0, 9)
-    paths = index.flush_dirty()
+    paths = flush_dirty(index)
     assert paths == [
         index_path(tmp_path, 1),
         index_path(tmp_path, 2),
@@ -699,12 +704,49 @@ def test_flush_dirty_hands_over_files_then_directories(tmp_path: Path) -> None:
         tmp_path / "current/0/2",
     ]
     assert index.open_file_count == 1  # ledger 1 was written, then closed for 2 (not synced)
-    assert index.flush_dirty() == []  # the caller owns syncing them now
+    assert flush_dirty(index) == []  # the caller owns syncing them now
     index.set_location(2, 1, 10)
-    assert index.flush_dirty() == [index_path(tmp_path, 2)]
+    assert flush_dirty(index) == [index_path(tmp_path, 2)]
     for path in paths:  # what the worker does, with its own descriptors
         fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
     index._check()
     index.close()
+
+
+def test_detached_locations_are_read_but_written_only_when_asked(tmp_path: Path) -> None:
+    # A checkpoint sets the dirty locations aside while the logs' fsync runs: reads see them,
+    # nothing reaches the file until write_detached, and what is set after stays dirty.
+    index = LedgerIndex([tmp_path], max_open_files=1)
+    index.create_ledger(1, KEY)
+    index.set_location(1, 0, 9)
+    flush_dirty(index)
+    index.set_location(1, 1, 10)
+    index.set_location(1, 2, 11)
+    detached = index.detach_dirty()
+    on_disk = index_path(tmp_path, 1).read_bytes()
+    index.set_location(1, 2, 12)  # a compaction move meanwhile: the newer location wins
+    index.set_location(1, 3, 13)
+    index._check()
+    assert [index.get_location(1, e) for e in range(4)] == [9, 10, 12, 13]
+    assert list(index.entries(1)) == [(0, 9), (1, 10), (2, 12), (3, 13)]
+    assert index.last_entry_id(1) == 3
+    assert index_path(tmp_path, 1).read_bytes() == on_disk
+    assert index.write_detached(detached) == [index_path(tmp_path, 1)]
+    reopened = LedgerIndex([tmp_path])
+    assert list(reopened.entries(1)) == [(0, 9), (1, 10), (2, 11)]
+    assert index.get_location(1, 2) == 12  # still dirty, for the next checkpoint
+    index.close()
+    assert list(LedgerIndex([tmp_path]).entries(1)) == [(0, 9), (1, 10), (2, 12), (3, 13)]
+
+
+def test_a_deleted_ledger_is_not_written_back_by_a_checkpoint(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    index.set_location(1, 0, 9)
+    detached = index.detach_dirty()
+    index.delete_ledger(1)
+    assert index.write_detached(detached) == []
+    assert not index_path(tmp_path, 1).exists()
+    index._check()

@@ -1,7 +1,8 @@
 """The index never points past what its entry log holds, after a kill -9 or a power loss.
 
-Hypothesis interleaves adds, reads and the three steps of a checkpoint (prepare on the
-owner thread, fsync as a worker would, complete) on a ledger storage whose index may keep
+Hypothesis interleaves adds, reads, the kernel writing any file back on its own, and the
+steps of a checkpoint (prepare on the owner thread, the logs' fsync as a worker would, the
+index write, its fsync, complete) on a ledger storage whose index may keep
 one or two descriptors open, so that reads and flushes evict index files all the time. It
 crashes the storage in two ways: a kill -9 (buffers the process held are lost, what reached
 the OS stays) and a power loss (every file goes back to what its last fsync made durable,
@@ -47,8 +48,10 @@ def test_a_checkpoint_of_many_index_files_syncs_their_file_system(tmp_path: Path
         for ledger_id in range(1, 101):
             write(storage, ledger_id, 2)
         checkpoint = storage.prepare_checkpoint()
+        checkpoint.sync_logs()
+        storage.write_index(checkpoint)
         assert len(checkpoint.plan.paths) < SYNCFS_MIN_FILES <= len(checkpoint.index_paths)
-        checkpoint.sync()
+        checkpoint.sync_index()
         storage.complete_checkpoint(checkpoint)
         crash(storage)
         disk.crash(tmp_path)
@@ -88,6 +91,7 @@ class StorageCrashMachine(RuleBasedStateMachine):
         self.written: dict[tuple[int, int], int] = {}  # (ledger, entry) -> payload size
         self.durable: set[tuple[int, int]] = set()
         self.in_flight: tuple[StorageCheckpoint, set[tuple[int, int]]] | None = None
+        self.logs_synced = False
 
     @initialize(
         per_ledger=st.booleans(),
@@ -139,15 +143,33 @@ class StorageCrashMachine(RuleBasedStateMachine):
     def begin_checkpoint(self) -> None:
         self.in_flight = (self.storage.prepare_checkpoint(), set(self.written))
 
-    @precondition(lambda self: self.in_flight is not None)
+    @precondition(lambda self: self.in_flight is not None and not self.logs_synced)
+    @rule()
+    def sync_logs_and_write_index(self) -> None:
+        assert self.in_flight is not None
+        checkpoint, _ = self.in_flight
+        checkpoint.sync_logs()  # a worker thread's part, while the rules above ran meanwhile
+        self.storage.write_index(checkpoint)
+        self.logs_synced = True
+
+    @precondition(lambda self: self.in_flight is not None and self.logs_synced)
     @rule()
     def finish_checkpoint(self) -> None:
         assert self.in_flight is not None
         checkpoint, covered = self.in_flight
         self.in_flight = None
-        checkpoint.sync()  # a worker thread's part, while the rules above ran meanwhile
+        self.logs_synced = False
+        checkpoint.sync_index()  # the worker again
         self.storage.complete_checkpoint(checkpoint)
         self.durable |= covered
+
+    @rule(pick=st.integers(0, 1000))
+    def kernel_writes_back(self, pick: int) -> None:
+        # Any file's pages may reach the disk before anyone syncs it: only ordering the
+        # writes to the OS keeps an index page from being durable before its log bytes.
+        files = sorted(p for p in self.root.rglob("*") if p.is_file())
+        if files:
+            self.disk.write_back(files[pick % len(files)])
 
     @rule()
     def kill_9(self) -> None:
@@ -160,6 +182,7 @@ class StorageCrashMachine(RuleBasedStateMachine):
     def _crash(self, *, power_loss: bool) -> None:
         crash(self.storage)
         self.in_flight = None
+        self.logs_synced = False
         if power_loss:
             self.disk.crash(self.root)
         self._open()

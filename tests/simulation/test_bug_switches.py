@@ -25,7 +25,7 @@ REGRESSIONS: dict[str, tuple[SimSettings, tuple[int, ...], str]] = {
     # Ensemble changes (partitions, loss, delays, crashes) followed by recoveries: recovery
     # starts below the last segment, a re-add fails, and the change it proposes is below it.
     # Seeds of the default campaign.
-    "ensemble-change-below-existing": (SimSettings(steps=30), (15, 18), "S5"),
+    "ensemble-change-below-existing": (SimSettings(steps=30), (2, 29), "S5"),
     # A slowly written ledger pins leastUnflushedLogId; the retention's deletions newer
     # than its log are never reclaimed.
     "gc-below-least-unflushed-only": (
