@@ -219,15 +219,17 @@ class SimDisk:
     def write_back(self, path: Path) -> None:
         """The kernel writes a file's dirty pages back on its own (their age, memory
         pressure): what the process handed to the OS so far becomes durable, no fsync asked.
-        What a program may rely on is only what it fsynced; this is the other half."""
-        self._sync_path(os.path.realpath(path))
+        What a program may rely on is only what it fsynced; this is the other half. Not
+        counted in :attr:`syncs`, which counts the syncs the bookies asked for."""
+        self._sync_path(os.path.realpath(path), asked=False)
 
-    def _sync_path(self, path: str) -> None:
+    def _sync_path(self, path: str, *, asked: bool = True) -> None:
         faults = self._root_of(path)
         if faults is None or faults.frozen or not os.path.isfile(path):
             return  # a crashed bookie makes nothing durable; directories: see the docstring
         # No real fsync: the files live on tmpfs, and durability is what the images model.
-        self.syncs += 1
+        if asked:
+            self.syncs += 1
         state = self._state(path)
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
