@@ -71,6 +71,7 @@ _LAC = struct.Struct(">q")
 ROWS_PER_BATCH = 16_384
 """Rows per Arrow batch handed to Spark."""
 _PULSAR_MAGICS = (b"\x0e\x01", b"\x0e\x02")
+_PULSAR_FIRST_BYTES = frozenset(magic[0] for magic in _PULSAR_MAGICS)
 _HEADER = 32
 PulsarFields = tuple[int | None, int | None, int | None]
 PulsarParser = Callable[[bytes], PulsarFields | None]
@@ -212,7 +213,7 @@ def _pulsar_fields(
         (at,) = common
         if at is None:
             return None
-        if min(sizes) > at and _PULSAR_MAGICS[0][0] not in set(map(getitem, bodies, repeat(at))):
+        if min(sizes) > at and _PULSAR_FIRST_BYTES.isdisjoint(map(getitem, bodies, repeat(at))):
             return None
     n = len(bodies)
     publish: list[int | None] = [None] * n
