@@ -683,7 +683,7 @@ def test_read_only_open_reads_and_refuses_to_write(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
-def flush_dirty(index: LedgerIndex) -> list[Path]:
+def write_changed(index: LedgerIndex) -> list[Path]:
     """Both index steps of a checkpoint at once (nothing in between)."""
     return index.write_detached(index.detach_dirty())
 
@@ -693,7 +693,7 @@ def test_write_detached_hands_over_files_then_directories(tmp_path: Path) -> Non
     for lid in (1, 2):
         index.create_ledger(lid, KEY)
         index.set_location(lid, 0, 9)
-    paths = flush_dirty(index)
+    paths = write_changed(index)
     assert paths == [
         index_path(tmp_path, 1),
         index_path(tmp_path, 2),
@@ -704,9 +704,9 @@ def test_write_detached_hands_over_files_then_directories(tmp_path: Path) -> Non
         tmp_path / "current/0/2",
     ]
     assert index.open_file_count == 1  # ledger 1 was written, then closed for 2 (not synced)
-    assert flush_dirty(index) == []  # the caller owns syncing them now
+    assert write_changed(index) == []  # the caller owns syncing them now
     index.set_location(2, 1, 10)
-    assert flush_dirty(index) == [index_path(tmp_path, 2)]
+    assert write_changed(index) == [index_path(tmp_path, 2)]
     for path in paths:  # what the worker does, with its own descriptors
         fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
@@ -721,7 +721,7 @@ def test_detached_locations_are_read_but_written_only_when_asked(tmp_path: Path)
     index = LedgerIndex([tmp_path], max_open_files=1)
     index.create_ledger(1, KEY)
     index.set_location(1, 0, 9)
-    flush_dirty(index)
+    write_changed(index)
     index.set_location(1, 1, 10)
     index.set_location(1, 2, 11)
     detached = index.detach_dirty()
