@@ -18,6 +18,9 @@ its durable image, and a file that was never synced is removed. The model, preci
   so its clean-shutdown code (a last checkpoint, old journals deleted) changes nothing.
 
 Faults per root: ``full`` makes writes fail with ENOSPC and ``statvfs`` report a full disk;
+``sync_error`` makes every fsync, fdatasync and syncfs fail with EIO, and, as Linux does
+after a failed writeback, the pages it could not write count as clean: a later sync that
+succeeds does not make them durable (only bytes written again after the failure are);
 ``latency`` makes each blocking call of that bookie take virtual time first (through
 :data:`bookiesim.bookie.blocking.disk_latency`). Calls outside every root go straight to
 ``os``. Patching ``os`` is process-wide, hence a context manager that always restores it.
@@ -63,6 +66,7 @@ class DiskFaults:
     """The faults of one bookie's disk, changed by the fault plan."""
 
     full: bool = False
+    sync_error: bool = False
     frozen: bool = False
     latency: float = 0.0
 
@@ -228,9 +232,14 @@ class SimDisk:
         if faults is None or faults.frozen or not os.path.isfile(path):
             return  # a crashed bookie makes nothing durable; directories: see the docstring
         # No real fsync: the files live on tmpfs, and durability is what the images model.
+        state = self._state(path)
+        if asked and faults.sync_error:
+            # What was dirty is dropped, not kept for a retry: the image stays as it was.
+            state.dirty.clear()
+            state.cut = None
+            raise OSError(errno.EIO, "Input/output error (simulated fsync failure)", path)
         if asked:
             self.syncs += 1
-        state = self._state(path)
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             if state.image is None or state.whole:

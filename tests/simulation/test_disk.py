@@ -95,3 +95,24 @@ def test_a_full_disk_fails_writes_and_reports_itself_full(tmp_path: Path) -> Non
         assert st.f_bavail == 0
         _write(tmp_path / "elsewhere", b"x", sync=True)  # other files are untouched
     assert os.write is not disk._write  # the os module is restored
+
+
+def test_a_failed_sync_drops_what_it_could_not_write(tmp_path: Path) -> None:
+    # Linux after a failed writeback: the pages count as clean, so the retry that succeeds
+    # does not bring them back; only bytes written again after the failure get durable.
+    disk = SimDisk()
+    root = tmp_path / "b1"
+    faults = disk.add_root(root)
+    log = root / "a.log"
+    with disk.installed():
+        _write(log, b"synced", sync=True)
+        _write(log, b"+dropped", sync=False)
+        faults.sync_error = True
+        with pytest.raises(OSError, match="simulated fsync failure") as failed:
+            _write(log, b"", sync=True)
+        assert failed.value.errno == errno.EIO
+        faults.sync_error = False
+        _write(log, b"+kept", sync=True)
+    assert log.read_bytes() == b"synced+dropped+kept"
+    disk.crash(root)
+    assert log.read_bytes() == b"synced" + bytes(len("+dropped")) + b"+kept"
