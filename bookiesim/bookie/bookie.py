@@ -44,7 +44,12 @@ from bookiesim.bookie.journal_format import (
     MasterKeyRecord,
 )
 from bookiesim.bookie.journal_service import Completion, GroupCommitPolicy, JournalService
-from bookiesim.bookie.ledger_storage import EntryHeader, LedgerStorage, entry_header
+from bookiesim.bookie.ledger_storage import (
+    EntryHeader,
+    LedgerStorage,
+    StorageFailedError,
+    entry_header,
+)
 from bookiesim.bookie.log_mark import LogMark, read_last_mark, write_last_mark
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.entrylog.logger import RotationEvent, RotationReason
@@ -140,8 +145,14 @@ class Bookie:
             ledgers=lambda: len(self.storage.ledger_ids()),
             writable_dirs=self.writable_ledger_dirs,
             disk_usage=self.disk_used_fraction,
-            server_status=lambda: 1 if self.journal.failed is None else 0,
+            server_status=lambda: 1 if self.failure is None else 0,
         )
+
+    @property
+    def failure(self) -> OSError | None:
+        """Why this bookie takes no more adds (its journal or its storage failed): it is
+        read-only until restarted. None while writable."""
+        return self.journal.failed or self.storage.failed
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -170,7 +181,8 @@ class Bookie:
         try:
             if self.journal.failed is None:
                 await self.journal.commit_pending()
-                await self.checkpoint()
+                if self.storage.failed is None:
+                    await self.checkpoint()
         finally:
             await self.journal.aclose()
             self.storage.close()
@@ -242,9 +254,15 @@ class Bookie:
             await trio.sleep(interval)
             try:
                 await self.checkpoint()
+            except StorageFailedError as exc:
+                # An fsync failed: a retry could succeed with the data gone (see
+                # ledger_storage), so no later mark may be persisted by this process.
+                log.error("checkpoint failed; no more checkpoints until restart: %s", exc)
+                return
             except OSError as exc:
-                # Upstream: an IOException from storage is logged and retried next period;
-                # the mark is not persisted, so nothing acknowledged is at risk.
+                # A write to the OS failed (a full disk): nothing was claimed durable, and
+                # what was not written stays in memory. Upstream logs and retries next
+                # period; the mark is not persisted, so nothing acknowledged is at risk.
                 log.error("checkpoint failed, will retry: %s", exc)
 
     async def _expiry_loop(self) -> None:
@@ -383,8 +401,8 @@ class Bookie:
         """
         if header is None:
             header = entry_header(body)
-        if self.journal.failed is not None:
-            raise BookieIOError(str(self.journal.failed))
+        if (failure := self.failure) is not None:
+            raise BookieIOError(str(failure))
         state = self._handle(header.ledger_id, master_key)
         if state.fenced and not recovery:
             raise FencedError(header.ledger_id)
@@ -545,7 +563,7 @@ class Bookie:
                 "fileId": self.journal.synced_mark.file_id,
                 "offset": self.journal.synced_mark.offset,
             },
-            "state": "read_only" if self.journal.failed else "writable",
+            "state": "read_only" if self.failure else "writable",
         }
 
 

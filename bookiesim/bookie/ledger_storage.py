@@ -12,6 +12,12 @@ Checkpoint order (why it is safe): the caller takes the journal's synced mark *b
 calling :meth:`checkpoint`; we then make entry logs and index durable; only afterwards may
 the caller persist the mark. Anything added after the mark is replayed from the journal
 after a crash, overwriting whatever the index held for it.
+
+A failed fsync is not retried (:class:`StorageFailedError`): after an fsync error Linux may
+mark the pages it could not write clean, so a later fsync can succeed with the data gone.
+A checkpoint that completed after such a retry would let the journal behind it go, and
+with it the only good copy. The storage instead refuses adds and checkpoints until the
+process restarts, when the journal is replayed from the last mark persisted.
 """
 
 from __future__ import annotations
@@ -30,6 +36,30 @@ from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 
 _IDS = struct.Struct(">qqq")
+
+
+class StorageFailedError(OSError):
+    """An fsync of entry logs or index files failed: this storage takes no more adds and
+    completes no more checkpoints until the process restarts (see the module docstring)."""
+
+
+class _FailureLatch:
+    """The first fsync failure, set from whichever thread saw it (a worker's assignment
+    is one atomic store; the owner reads it after that thread's work is awaited)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: StorageFailedError | None = None
+
+    def record(self, exc: OSError) -> StorageFailedError:
+        if self.error is None:
+            self.error = StorageFailedError(
+                exc.errno,
+                f"storage failed, read-only until restarted (the journal since the last "
+                f"checkpoint keeps every entry): an fsync failed: {exc}",
+            )
+        return self.error
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,7 @@ class LedgerStorage:
     ) -> None:
         self.entry_logger = entry_logger
         self.index = index
+        self._failure = _FailureLatch()
 
     @classmethod
     def from_config(
@@ -122,6 +153,11 @@ class LedgerStorage:
     def deleted_since(self, cursor: tuple[int, int]) -> list[int] | None:
         return self.index.deleted_since(cursor)
 
+    @property
+    def failed(self) -> StorageFailedError | None:
+        """Set once an fsync failed: no adds or checkpoints from then on."""
+        return self._failure.error
+
     def _require(self, ledger_id: int) -> None:
         if not self.index.exists(ledger_id):
             raise NoLedgerError(ledger_id)
@@ -134,6 +170,8 @@ class LedgerStorage:
         The entry is readable at once but durable only after the journal's sync (or the next
         checkpoint). A write error has already rotated the ledger's log when it reaches us.
         """
+        if self._failure.error is not None:
+            raise self._failure.error
         location = self.entry_logger.add_entry(header.ledger_id, body)
         self.index.set_location(header.ledger_id, header.entry_id, location)
         return location
@@ -177,8 +215,11 @@ class LedgerStorage:
         points into are durable, so neither a kill -9 nor a power loss, whatever the kernel
         writes back on its own meanwhile, can leave it pointing past the end of a log.
         """
+        if self._failure.error is not None:
+            raise self._failure.error
         plan = self.entry_logger.prepare_checkpoint()
-        return StorageCheckpoint(plan, self.index.detach_dirty(), self.index.directories)
+        index_files = self.index.detach_dirty()
+        return StorageCheckpoint(plan, index_files, self.index.directories, self._failure)
 
     def write_index(self, checkpoint: StorageCheckpoint) -> None:
         """Step 3, owner thread, after :meth:`StorageCheckpoint.sync_logs` succeeded: write
@@ -213,8 +254,18 @@ class LedgerStorage:
     async def sync_entry_logs(self) -> None:
         """fsync every active and rotated log (upstream ``entryLogger.flush()``), as the
         checkpoint does but without the index; compaction calls it before it moves entries."""
+        if self._failure.error is not None:
+            raise self._failure.error
         plan = self.entry_logger.prepare_checkpoint()
-        await run_blocking(plan.sync)
+        failure = self._failure
+
+        def sync() -> None:
+            try:
+                plan.sync()
+            except OSError as exc:
+                raise failure.record(exc) from exc
+
+        await run_blocking(sync)
         self.entry_logger.complete_checkpoint(plan)
 
     def move_entries(self, moves: Iterable[tuple[int, int, int, int]]) -> int:
@@ -260,12 +311,17 @@ class StorageCheckpoint:
     :meth:`sync_index` are the only methods that may run on another thread.
     """
 
-    __slots__ = ("index_dirs", "index_files", "index_paths", "plan")
+    __slots__ = ("_failure", "index_dirs", "index_files", "index_paths", "plan")
 
     def __init__(
-        self, plan: CheckpointPlan, index_files: list[IndexFile], index_dirs: Sequence[Path]
+        self,
+        plan: CheckpointPlan,
+        index_files: list[IndexFile],
+        index_dirs: Sequence[Path],
+        failure: _FailureLatch,
     ) -> None:
         self.plan = plan
+        self._failure = failure
         self.index_files = index_files
         """The ledgers whose locations were set aside, for :meth:`LedgerStorage.write_index`."""
         self.index_paths: Sequence[Path] = ()
@@ -273,11 +329,20 @@ class StorageCheckpoint:
         self.index_dirs = index_dirs
 
     def sync_logs(self) -> None:
-        """fsync the planned logs. Blocking."""
-        self.plan.sync()
+        """fsync the planned logs. Blocking. An error fails the storage for good."""
+        try:
+            self.plan.sync()
+        except OSError as exc:
+            raise self._failure.record(exc) from exc
 
     def sync_index(self) -> None:
-        """fsync the index files written. Blocking."""
+        """fsync the index files written. Blocking. An error fails the storage for good."""
+        try:
+            self._sync_index_files()
+        except OSError as exc:
+            raise self._failure.record(exc) from exc
+
+    def _sync_index_files(self) -> None:
         if len(self.index_paths) >= writeback.SYNCFS_MIN_FILES:
             # Churn: thousands of ledgers written since the last checkpoint (as for logs).
             writeback.sync_file_systems(self.index_dirs)

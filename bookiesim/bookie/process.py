@@ -73,7 +73,7 @@ class BookieService:
         return json_response(self.info())
 
     async def _state(self, request: AdminRequest) -> AdminResponse:
-        writable = self.bookie.journal.failed is None
+        writable = self.bookie.failure is None
         return json_response(
             {
                 "running": self.bookie.ready.is_set(),

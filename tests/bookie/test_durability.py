@@ -16,10 +16,19 @@ from pathlib import Path
 import pytest
 import trio
 
+from bookiesim.bookie.ledger_storage import StorageFailedError
+from bookiesim.bookie.log_mark import read_last_mark
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.testing import BookieTestClient, bookie_process
+from bookiesim.simulation.disk import SimDisk
+from bookiesim.testing import (
+    BookieTestClient,
+    bookie_client,
+    bookie_config,
+    bookie_process,
+    running_bookie,
+)
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:
@@ -84,3 +93,46 @@ def test_kill_9_during_writes_loses_nothing_acknowledged(tmp_path: Path) -> None
 @pytest.mark.parametrize("seed", range(5))
 def test_kill_9_loop(tmp_path: Path, seed: int) -> None:
     kill_restart_cycles(tmp_path, seed=seed, cycles=6)
+
+
+async def test_a_failed_fsync_turns_the_bookie_read_only_and_a_power_loss_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    # Linux may count the pages a failed fsync could not write as clean, so a retry can
+    # succeed with them gone (SimDisk models that). A checkpoint completed after the retry
+    # would let the journal's copy go: only a bookie that stops checkpointing keeps it.
+    cfg = bookie_config(tmp_path, flush_interval=3_600_000)  # checkpoints by hand
+    disk = SimDisk()
+    ledger_disk = disk.add_root(tmp_path / "ledgers")
+    disk.add_root(tmp_path / "journal")
+    entries = [(ledger_id, entry_id) for ledger_id in (1, 2) for entry_id in range(10)]
+    with disk.installed():
+        async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+            mark = read_last_mark(cfg.ledger_directories)
+            for ledger_id, entry_id in entries:
+                r = await c.add(ledger_id, entry_id, payload(ledger_id, entry_id))
+                assert r.status == pb.EOK
+            ledger_disk.sync_error = True
+            with pytest.raises(StorageFailedError, match="Input/output error"):
+                await svc.bookie.checkpoint()
+            ledger_disk.sync_error = False
+            # The disk answers again; the bookie must still not trust what it wrote before.
+            with pytest.raises(StorageFailedError):
+                await svc.bookie.checkpoint()
+            r = await c.add(1, 10, payload(1, 10))
+            assert r.status == pb.EIO
+            assert svc.info()["state"] == "read_only"
+            for ledger_id, entry_id in entries:  # reads go on
+                assert (await c.read(ledger_id, entry_id)).status == pb.EOK
+            assert read_last_mark(cfg.ledger_directories) == mark
+        # Power loss: every file goes back to what its last successful fsync made durable.
+        disk.crash(tmp_path / "ledgers")
+        disk.crash(tmp_path / "journal")
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        assert svc.bookie.failure is None
+        for ledger_id, entry_id in entries:
+            r = await c.read(ledger_id, entry_id)
+            assert r.status == pb.EOK, (ledger_id, entry_id, pb.StatusCode.Name(r.status))
+            got = DigestManager(ledger_id, b"").verify(r.readResponse.body)
+            assert got.payload == payload(ledger_id, entry_id)
+        assert (await c.add(1, 10, payload(1, 10))).status == pb.EOK
