@@ -120,6 +120,9 @@ class BookieGcStorage:
         return index.get_location(ledger_id, entry_id)
 
     def copy_entry(self, ledger_id: int, body: bytes) -> int:
+        if (failed := self.storage.failed) is not None:
+            # No copy could ever be committed (that takes a checkpoint): write none.
+            raise failed
         return self.entry_logger.add_entry(ledger_id, body)
 
     async def sync_entry_logs(self) -> None:

@@ -15,12 +15,13 @@ import pytest
 import trio
 
 from bookiesim.bookie.gc_storage import BookieGcStorage
-from bookiesim.bookie.ledger_storage import LedgerStorage
+from bookiesim.bookie.ledger_storage import LedgerStorage, StorageFailedError
 from bookiesim.entrylog.format import log_file_name
 from bookiesim.entrylog.logger import RotationReason
 from bookiesim.gc.collector import GarbageCollector
 from bookiesim.gc.interfaces import Move
 from bookiesim.gc.policy import CompactionKind, CompactionSettings
+from bookiesim.simulation.disk import SimDisk
 
 from .helpers import (
     FORCE_BOTH,
@@ -374,6 +375,28 @@ async def test_compaction_failure_keeps_the_log(tmp_path: Path) -> None:
     assert all(log_exists(storage, i) for i in logs)
     assert_readable(storage, 1, 3 * SHARE[1], SIZE)
     storage.close()
+
+
+async def test_a_failed_storage_compacts_nothing(tmp_path: Path) -> None:
+    # No copy could be committed (that takes a checkpoint), so none is written either.
+    storage, logs = interleaved(tmp_path)
+    write(storage, 1, 1, SIZE)  # something for the failing checkpoint to sync
+    disk = SimDisk()
+    disk.add_root(tmp_path).sync_error = True
+    with disk.installed(), pytest.raises(StorageFailedError):
+        storage.checkpoint_blocking()  # it handed every buffer to the OS first
+
+    def log_bytes() -> int:
+        return sum(p.stat().st_size for p in tmp_path.rglob("*.log"))
+
+    before = log_bytes()
+    gc = collector(storage, FakeLedgers([1]), UPSTREAM_THRESHOLDS)
+    report = await gc.run_once(force=True)
+    assert report.compacted == []
+    assert all(log_exists(storage, i) for i in logs)
+    assert_readable(storage, 1, 3 * SHARE[1] + 1, SIZE)
+    storage.close()
+    assert log_bytes() == before
 
 
 @pytest.mark.parametrize("per_ledger", [True, False])
