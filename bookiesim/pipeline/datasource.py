@@ -10,13 +10,15 @@ Options (all optional):
 ==================  ==========================================================================
 ``bookie``          the bookie name for every input (default: read off each path)
 ``maxSplitBytes``   logs bigger than this are split at record offsets (default 256 MiB)
+``maxPartitionBytes`` a Spark task reads at most this much, unless one split is bigger
+                    (default 1 GiB)
 ``problems``        ``true``: also rows for torn tails and skipped files (``status`` column)
 ``skipBadFiles``    ``true``: a file that is not an entry log is skipped (and, with
                     ``problems``, reported as an ``unreadable`` row) instead of failing the read
 ``pulsar``          ``false``: do not decode Pulsar entries (publishTime, brokerTimestamp,
                     index stay null)
-``partitions``      about how many Spark tasks (default 8 per core); splits are packed
-                    into them in order
+``partitions``      how many Spark tasks (default 2 per core; fewer for small inputs, more
+                    past ``maxPartitionBytes``); splits are cut into them in order
 ``combine``         ``blocks``: instead of a row per entry, a row per (log, ledger, block
                     of 64 entry ids) of each batch read, pre-aggregated in the Python
                     worker (:mod:`bookiesim.pipeline.blocks`; the inventory job's input)
@@ -39,6 +41,7 @@ from pyspark.sql.types import StructType
 
 from bookiesim.pipeline.blocks import BLOCKS_DDL, read_split_blocks
 from bookiesim.pipeline.inputs import (
+    DEFAULT_MAX_PARTITION_BYTES,
     DEFAULT_MAX_SPLIT_BYTES,
     Split,
     find_log_files,
@@ -65,6 +68,19 @@ def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
 
 def _option(options: Mapping[str, str], name: str) -> str | None:
     return options.get(name, options.get(name.lower()))
+
+
+def _positive(options: Mapping[str, str], name: str, default: int) -> int:
+    value = _option(options, name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise ValueError(f"entrylog option {name}={value!r}: expected a positive integer")
+    return number
 
 
 def _combine_blocks(options: Mapping[str, str]) -> bool:
@@ -99,25 +115,24 @@ class EntryLogReaderForSpark(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.paths = input_paths(options)
         self.bookie = _option(options, "bookie")
-        max_split = _option(options, "maxSplitBytes")
-        self.max_split_bytes = DEFAULT_MAX_SPLIT_BYTES if max_split is None else int(max_split)
-        if self.max_split_bytes <= 0:
-            raise ValueError(f"entrylog option maxSplitBytes={max_split}: must be positive")
+        self.max_split_bytes = _positive(options, "maxSplitBytes", DEFAULT_MAX_SPLIT_BYTES)
+        self.max_partition_bytes = _positive(
+            options, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES
+        )
         self.problems = _flag(options, "problems")
         self.skip_bad_files = _flag(options, "skipBadFiles")
         self.pulsar = _flag(options, "pulsar", default=True)
         self.blocks = _combine_blocks(options)
-        parts = _option(options, "partitions")
-        self.tasks = 8 * (os.cpu_count() or 1) if parts is None else int(parts)
-        if self.tasks <= 0:
-            raise ValueError(f"entrylog option partitions={parts}: must be positive")
+        # Two per core: cores finish together though tasks differ a little, and each task
+        # costs ~0.1 s (pack_splits): with eight per core, 15-27% of the inventory went on them.
+        self.tasks = _positive(options, "partitions", 2 * (os.cpu_count() or 1))
 
     def partitions(self) -> Sequence[InputPartition]:
         files, skipped = find_log_files(
             self.paths, bookie=self.bookie, skip_bad_files=self.skip_bad_files
         )
         splits = plan_splits(files, self.max_split_bytes)
-        groups = pack_splits(splits, self.tasks, self.max_split_bytes)
+        groups = pack_splits(splits, self.tasks, self.max_partition_bytes)
         for bad in skipped:
             groups.append([Split(str(bad.path), self.bookie or "", -1, error=str(bad))])
         if not groups:

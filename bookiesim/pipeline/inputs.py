@@ -13,9 +13,9 @@ the first record at or after every ``max_split_bytes``; each split then scans
 ``[start, stop)`` (:func:`~bookiesim.entrylog.scanner.scan_entry_log_batches`), and the
 splits of a log together see exactly the records one scan sees.
 
-Partitions (Spark tasks): splits are packed, in order, into about ``partitions`` groups of
-similar size (:func:`pack_splits`), because a task has a fixed cost and per-ledger logs are
-many and small.
+Partitions (Spark tasks): splits are cut, in order, into ``partitions`` groups of similar
+size, at most ``max_partition_bytes`` each (:func:`pack_splits`), because a task has a fixed
+cost and per-ledger logs are many and small.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 
 __all__ = [
+    "DEFAULT_MAX_PARTITION_BYTES",
     "DEFAULT_MAX_SPLIT_BYTES",
     "InputError",
     "LogFile",
@@ -46,6 +47,8 @@ MIN_PARTITION_BYTES = 8 << 20
 DEFAULT_MAX_SPLIT_BYTES = 256 << 20
 """Logs bigger than this are split (Spark's own file splits default to 128 MiB; a log's
 boundary walk costs a read of the file, so we cut less often)."""
+DEFAULT_MAX_PARTITION_BYTES = 1 << 30
+"""A task reads at most this much unless one split is bigger (:func:`pack_splits`)."""
 
 
 class InputError(Exception):
@@ -171,23 +174,42 @@ def plan_splits(
 
 
 def pack_splits(
-    splits: Sequence[Split], partitions: int, max_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+    splits: Sequence[Split],
+    partitions: int,
+    max_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
 ) -> list[list[Split]]:
-    """Splits grouped into at least ``partitions`` groups (fewer only for inputs under
-    ``MIN_PARTITION_BYTES`` each) of similar byte counts and at most ``max_bytes`` unless a
-    split is bigger, each group one Spark task. A task costs Spark a fraction of a second
-    whatever it reads, and a bookie with a log per ledger has thousands of small logs: one
-    task per log would spend more time starting tasks than reading. Splits stay in order."""
+    """Splits cut, in order, into ``partitions`` groups of about equal bytes, each group one
+    Spark task: fewer groups for small inputs (not under ``MIN_PARTITION_BYTES`` each, nor
+    more than there are splits), more where a group would hold over ``max_bytes`` (only a
+    single split bigger than that makes a bigger group).
+
+    A task costs Spark about 0.1 s whatever it reads (measured on the inventory job,
+    BENCHMARKS.md), and a bookie with a log per ledger has thousands of small logs, so tasks
+    are few and large: as many as asked (the source's default is two per core), not one per
+    log. A split goes to the group its middle byte falls in, so equal splits share out
+    evenly however the byte counts round.
+    """
     if not splits:
         return []
+    if partitions <= 0 or max_bytes <= 0:
+        raise ValueError(f"partitions ({partitions}) and max_bytes ({max_bytes}) must be > 0")
     total = sum(s.nbytes for s in splits)
-    target = min(max_bytes, max(MIN_PARTITION_BYTES, -(-total // max(1, partitions))))
-    groups: list[list[Split]] = [[]]
-    held = 0
+    count = min(partitions, max(1, -(-total // MIN_PARTITION_BYTES)))
+    count = min(len(splits), max(count, -(-total // max_bytes)))
+    groups: list[list[Split]] = [[] for _ in range(count)]
+    before = 0
     for split in splits:
-        if groups[-1] and held + split.nbytes > target:
-            groups.append([])
-            held = 0
-        groups[-1].append(split)
-        held += split.nbytes
-    return groups
+        middle = before + split.nbytes / 2
+        groups[min(count - 1, int(middle * count / total)) if total else 0].append(split)
+        before += split.nbytes
+    capped: list[list[Split]] = []
+    for group in groups:
+        # Middles can put a little more than total / count in a group: cut again at the cap.
+        held = 0
+        for i, split in enumerate(group):
+            if i == 0 or held + split.nbytes > max_bytes:
+                capped.append([])
+                held = 0
+            capped[-1].append(split)
+            held += split.nbytes
+    return capped

@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 from bookiesim.entrylog.format import make_location
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log
-from bookiesim.pipeline.inputs import InputError, bookie_of, find_log_files, plan_splits
+from bookiesim.pipeline.inputs import (
+    MIN_PARTITION_BYTES,
+    InputError,
+    Split,
+    bookie_of,
+    find_log_files,
+    pack_splits,
+    plan_splits,
+)
 from bookiesim.pipeline.rows import SCHEMA, read_split
 from tests.entrylog.entries import scratch_dir
 from tests.pipeline.logs import body, write_log
@@ -167,21 +175,52 @@ def test_pulsar_fields_are_those_of_each_entry(entries: list[tuple[int, int | by
 
 
 def test_splits_are_packed_into_balanced_tasks_in_order(tmp_path: Path) -> None:
-    from bookiesim.pipeline.inputs import MIN_PARTITION_BYTES, pack_splits
-
     for log_id in range(40):
         write_log(tmp_path / "b" / "ledgers", log_id, [body(log_id, e, 3000) for e in range(100)])
     files, _ = find_log_files([str(tmp_path)])
     splits = plan_splits(files, 100_000)
-    groups = pack_splits(splits, 4, 100_000_000)
-    assert [s for g in groups for s in g] == splits  # every split once, in order
     total = sum(s.nbytes for s in splits)
     assert total == sum(f.size for f in files)
-    target = max(MIN_PARTITION_BYTES, -(-total // 4))
-    assert all(sum(s.nbytes for s in g) <= target or len(g) == 1 for g in groups)
+    groups = pack_splits(splits, 4, 100_000_000)
+    assert [s for g in groups for s in g] == splits  # every split once, in order
+    # Small input: not spread thinner than MIN_PARTITION_BYTES a task.
+    assert len(groups) == -(-total // MIN_PARTITION_BYTES) < 4
     assert len(pack_splits(splits, 1000)) <= total // MIN_PARTITION_BYTES + 1
     # Never more than max_bytes per task, however few tasks were asked for.
     capped = pack_splits(splits, 1, 1_000_000)
     assert all(sum(s.nbytes for s in g) <= 1_000_000 or len(g) == 1 for g in capped)
     assert len(capped) >= total // 1_000_000
     assert pack_splits([], 4) == []
+
+
+def test_sixteen_equal_logs_make_four_tasks_of_four() -> None:
+    # The benchmark's input (16 logs of a little over 128 MiB) on 2 cores: the byte counts
+    # must not round a log into a fifth task.
+    splits = [Split(f"{i:x}.log", "b", i, nbytes=(128 << 20) + 5000) for i in range(16)]
+    groups = pack_splits(splits, 4)
+    assert [len(g) for g in groups] == [4, 4, 4, 4]
+    assert [len(g) for g in pack_splits(splits, 2)] == [5, 6, 5]  # two tasks would pass 1 GiB
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 1 << 31), max_size=60),
+    partitions=st.integers(1, 40),
+    max_bytes=st.integers(1, 1 << 32),
+)
+def test_packing_keeps_order_the_cap_and_the_balance(
+    sizes: list[int], partitions: int, max_bytes: int
+) -> None:
+    splits = [Split(f"{i:x}.log", "b", i, nbytes=n) for i, n in enumerate(sizes)]
+    groups = pack_splits(splits, partitions, max_bytes)
+    assert [s for g in groups for s in g] == splits
+    assert all(g for g in groups)
+    held = [sum(s.nbytes for s in g) for g in groups]
+    assert all(n <= max_bytes or len(g) == 1 for n, g in zip(held, groups, strict=True))
+    total = sum(sizes)
+    if total >= partitions * MIN_PARTITION_BYTES and total <= partitions * max_bytes:
+        # As many tasks as asked (or one per split), none far from an equal share: at most
+        # one split more than it.
+        assert len(groups) <= min(partitions, len(splits)) or max_bytes < max(sizes)
+        share = total / min(partitions, len(splits))
+        assert all(n <= share + max(sizes) for n in held)
