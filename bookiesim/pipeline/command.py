@@ -208,7 +208,7 @@ def run_job(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 "say where the ledger metadata is: --metadata, --cluster or --ledgers-json"
             )
 
-    from bookiesim.pipeline.session import spark_session, stage_progress
+    from bookiesim.pipeline.session import entrylog_tasks, spark_session, stage_progress
 
     started = time.monotonic()
     with console.status("starting Spark…"):
@@ -218,6 +218,7 @@ def run_job(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         .option("problems", "true")
         .option("skipBadFiles", str(args.skip_bad_files).lower())
         .option("maxSplitBytes", str(args.max_split_mb << 20))
+        .option("partitions", str(entrylog_tasks(spark)))
         .option("pulsar", str(not args.no_pulsar).lower())
         .options(**({"bookie": args.bookie} if args.bookie else {}))
         # The inventory needs no row per entry: the workers pre-aggregate (pipeline/blocks.py).

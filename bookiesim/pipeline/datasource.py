@@ -17,8 +17,9 @@ Options (all optional):
                     ``problems``, reported as an ``unreadable`` row) instead of failing the read
 ``pulsar``          ``false``: do not decode Pulsar entries (publishTime, brokerTimestamp,
                     index stay null)
-``partitions``      how many Spark tasks (default 2 per core; fewer for small inputs, more
-                    past ``maxPartitionBytes``); splits are cut into them in order
+``partitions``      how many Spark tasks (default 2 per CPU this process may use; the
+                    jobs pass 2 per core of the Spark session); fewer for small inputs,
+                    more past ``maxPartitionBytes``; splits are cut into them in order
 ``combine``         ``blocks``: instead of a row per entry, a row per (log, ledger, block
                     of 64 entry ids) of each batch read, pre-aggregated in the Python
                     worker (:mod:`bookiesim.pipeline.blocks`; the inventory job's input)
@@ -125,7 +126,7 @@ class EntryLogReaderForSpark(DataSourceReader):
         self.blocks = _combine_blocks(options)
         # Two per core: cores finish together though tasks differ a little, and each task
         # costs ~0.1 s (pack_splits): with eight per core, 15-27% of the inventory went on them.
-        self.tasks = _positive(options, "partitions", 2 * (os.cpu_count() or 1))
+        self.tasks = _positive(options, "partitions", 2 * len(os.sched_getaffinity(0)))
 
     def partitions(self) -> Sequence[InputPartition]:
         files, skipped = find_log_files(

@@ -23,9 +23,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["spark_session", "stage_progress"]
+__all__ = ["TASKS_PER_CORE", "entrylog_tasks", "spark_session", "stage_progress"]
 
 POLL_SECONDS = 0.25
+TASKS_PER_CORE = 2
+"""Spark tasks per core for the ``entrylog`` source (its ``partitions`` option)."""
 
 
 def spark_session(
@@ -50,6 +52,13 @@ def spark_session(
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(EntryLogDataSource)
     return spark
+
+
+def entrylog_tasks(spark: SparkSession) -> int:
+    """The ``entrylog`` source's ``partitions`` for this session: two per core Spark has
+    (``defaultParallelism``: ``N`` for ``local[N]``, the executors' cores on a cluster).
+    The source alone only knows the cores of the machine planning the read."""
+    return TASKS_PER_CORE * spark.sparkContext.defaultParallelism
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.pipeline.jobs.consistency import consistency
 from bookiesim.pipeline.jobs.gc_report import gc_report
 from bookiesim.pipeline.jobs.inventory import inventory
+from bookiesim.pipeline.session import entrylog_tasks
 from bookiesim.sim.ledger_command import metadata_json
 from tests.pipeline.logs import body, write_log
 
@@ -97,6 +98,18 @@ def test_source_rows_equal_the_scanner(spark: SparkSession, written: Written) ->
                 expected.append((bookie, log_id, loc, s.ledger_id, s.entry_id, s.size))
     assert got == sorted(expected)
     assert len(got) == 4 * 40 * 2  # every entry on Qw = 2 bookies
+
+
+def test_tasks_follow_the_session_and_bad_counts_are_named(
+    spark: SparkSession, written: Written
+) -> None:
+    assert entrylog_tasks(spark) == 4  # local[2]: two per core
+    for option in ("partitions", "maxPartitionBytes", "maxSplitBytes"):
+        with pytest.raises(Exception, match=f"entrylog option {option}='0'"):
+            load(spark, written.root, **{option: "0"}).collect()
+    # Many splits, few tasks: still every row (the cut keeps each split once).
+    rows = load(spark, written.root, maxSplitBytes="2000", partitions="1").count()
+    assert rows == 4 * 40 * 2
 
 
 def test_inventory_totals_equal_the_ledgers_maps(

@@ -37,12 +37,13 @@ def pin_to_cpus(count: int) -> list[int]:
 def timed_inventory(root: Path, cores: int, work: Path) -> tuple[float, int]:
     """Seconds and entries of one inventory over the logs under ``root`` on ``local[cores]``."""
     from bookiesim.pipeline.jobs.inventory import inventory
-    from bookiesim.pipeline.session import spark_session
+    from bookiesim.pipeline.session import entrylog_tasks, spark_session
 
     logs = sorted(root.rglob("*.log"))
     spark = spark_session(f"local[{cores}]", app_name="bench")
     # As `bookiesim pipeline inventory` reads: pre-aggregated in the workers.
     source = spark.read.format("entrylog").option("combine", "blocks")
+    source = source.option("partitions", str(entrylog_tasks(spark)))
     try:
         # The whole job once, untimed: a fresh JVM compiles its hot paths over its first
         # seconds of work, more than a warm-up on one log gives it.
