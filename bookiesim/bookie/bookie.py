@@ -121,7 +121,11 @@ class Bookie:
                 page_cache_flush_interval=cfg.journal_page_cache_flush_interval_msec / 1000,
             ),
             on_sync=self._on_journal_sync,
+            on_fail=self._went_read_only,
         )
+        self.read_only = trio.Event()
+        """Set when the bookie stops taking adds (:attr:`failure`), for whoever must tell
+        the world (its registration moves under ``available/readonly``)."""
         self._checkpoint_lock = trio.Lock()
         self._persisted_mark: LogMark | None = None
         """The mark the last checkpoint of this process wrote to every ledger dir."""
@@ -147,6 +151,11 @@ class Bookie:
             disk_usage=self.disk_used_fraction,
             server_status=lambda: 1 if self.failure is None else 0,
         )
+
+    def _went_read_only(self, error: OSError) -> None:
+        if not self.read_only.is_set():
+            log.warning("bookie read-only until restarted: %s", error)
+            self.read_only.set()
 
     @property
     def failure(self) -> OSError | None:
@@ -229,7 +238,11 @@ class Bookie:
         async with self._checkpoint_lock:
             started = trio.current_time()
             mark = self.journal.synced_mark
-            await self.storage.checkpoint()
+            try:
+                await self.storage.checkpoint()
+            except StorageFailedError as exc:
+                self._went_read_only(exc)
+                raise
             # With no journal write since the last checkpoint (an idle bookie, every
             # flushInterval), the same mark is on disk already and no journal became
             # deletable: rewriting and fsyncing lastMark and listing the journal directory

@@ -84,10 +84,12 @@ class JournalService:
         policy: GroupCommitPolicy = GroupCommitPolicy(),
         *,
         on_sync: SyncObserver | None = None,
+        on_fail: Callable[[JournalFailedError], None] | None = None,
     ) -> None:
         self._writer = writer
         self._policy = policy
         self._on_sync = on_sync
+        self._on_fail = on_fail
         self._group: _Group | None = None
         self._wake = trio.Event()
         self._failed: JournalFailedError | None = None
@@ -233,6 +235,8 @@ class JournalService:
         log.error("journal failed, no more adds will be acknowledged: %s", exc)
         error = JournalFailedError(exc.errno, f"journal failed: {exc}")
         self._failed = error
+        if self._on_fail is not None:
+            self._on_fail(error)
         waiters = group.after_sync + (group.before_sync if include_before_sync else [])
         later = self._group
         self._group = None

@@ -141,12 +141,15 @@ class BookieService:
         )
         async with (
             open_store(self.cfg.metadata_service_uri) as store,
-            register_bookie(store, info),
+            register_bookie(store, info) as registration,
         ):
             gc = self.bookie.gc
             gc.ledger_source = LedgerManager(store)
             try:
                 task_status.started()
+                await self.bookie.read_only.wait()
+                # As upstream: clients stop placing new ensembles here; reads go on.
+                await registration.set_read_only()
                 await trio.sleep_forever()
             finally:
                 gc.ledger_source = None

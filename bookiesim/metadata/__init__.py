@@ -46,6 +46,7 @@ from bookiesim.metadata.registration import (
     BookieInfo,
     BookieRegistration,
     live_bookies,
+    read_only_bookies,
     register_bookie,
     watch_live_bookies,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "ledger_path",
     "live_bookies",
     "open_store",
+    "read_only_bookies",
     "register_bookie",
     "scheme_of",
     "watch_live_bookies",

@@ -49,6 +49,8 @@ __all__ = [
     "BookieRegistration",
     "available_path",
     "live_bookies",
+    "read_only_bookies",
+    "readonly_path",
     "register_bookie",
     "watch_live_bookies",
 ]
@@ -73,6 +75,11 @@ class BookieIdInUseError(NodeExistsError):
 def available_path(root: str = DEFAULT_LEDGERS_ROOT) -> str:
     """The parent of every registration: ``<root>/available``."""
     return join_path(validate_path(root), AVAILABLE)
+
+
+def readonly_path(root: str = DEFAULT_LEDGERS_ROOT) -> str:
+    """The parent of read-only bookies' registrations: ``<root>/available/readonly``."""
+    return join_path(available_path(root), READONLY)
 
 
 @dataclass(frozen=True)
@@ -137,8 +144,19 @@ class BookieInfo:
 async def live_bookies(
     store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT
 ) -> dict[str, BookieInfo]:
-    """Every registered bookie, by id (a snapshot; see :func:`watch_live_bookies`)."""
-    base = available_path(root)
+    """Every writable registered bookie, by id (a snapshot; see :func:`watch_live_bookies`):
+    the ones clients may choose for new ensembles."""
+    return await _registered(store, available_path(root))
+
+
+async def read_only_bookies(
+    store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT
+) -> dict[str, BookieInfo]:
+    """Every bookie registered read-only (under ``available/readonly``), by id."""
+    return await _registered(store, readonly_path(root))
+
+
+async def _registered(store: MetadataStore, base: str) -> dict[str, BookieInfo]:
     try:
         names = await store.children(base)
     except NoNodeError:
@@ -199,7 +217,9 @@ class BookieRegistration:
     ) -> None:
         self.store = store
         self.info = info
+        self.root = root
         self.path = join_path(available_path(root), info.bookie_id)
+        self.read_only = False
         self.stale_wait = stale_wait
         self.registrations = 0
         """How many times the node was created (1 + re-registrations after expiry)."""
@@ -213,28 +233,51 @@ class BookieRegistration:
         try:
             await self._register()
             task_status.started()
-            async with self.store.watch(self.path) as changes:
-                async for change in changes:
-                    if not change.exists:
-                        log.warning("%s vanished (session expired?); registering again", self.path)
-                        await self._register()
+            while True:
+                path = self.path
+                async with self.store.watch(path) as changes:
+                    async for change in changes:
+                        if self.path != path:
+                            break  # moved by set_read_only: watch the new node
+                        if not change.exists:
+                            log.warning("%s vanished (session expired?); registering again", path)
+                            await self._register()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await self._unregister()
 
-    async def _register(self) -> None:
+    async def set_read_only(self) -> None:
+        """Move the registration under ``available/readonly`` (upstream's transition to
+        read-only mode): clients stop choosing this bookie for new ensembles and
+        replacements, and go on reading from it by id. The read-only node is created before
+        the writable one goes, so the bookie is never unregistered in between."""
+        if self.read_only:
+            return
+        writable = self.path
+        read_only = join_path(readonly_path(self.root), self.info.bookie_id)
+        await self._register(read_only)
+        # Only now does run() move its watch (when the writable node's deletion wakes it),
+        # so it never finds the new node missing and races us to create it.
+        self.read_only = True
+        self.path = read_only
+        await self._delete_if_ours(writable)
+        log.warning("%s is read-only: registered as %s", self.info.bookie_id, self.path)
+
+    async def _register(self, path: str | None = None) -> None:
+        """Create the registration node at ``path`` (default: :attr:`path`)."""
+        path = self.path if path is None else path
         deadline = trio.current_time() + self.stale_wait
         backoff = 0.05
         while True:
             try:
                 await self.store.create(
-                    self.path, self.info.to_json(), ephemeral=True, make_parents=True
+                    path, self.info.to_json(), ephemeral=True, make_parents=True
                 )
                 self.registrations += 1
-                log.info("registered %s", self.path)
+                log.info("registered %s", path)
                 return
             except NodeExistsError:
-                node = await self.store.get(self.path)
+                node = await self.store.get(path)
                 if node is None:
                     continue
                 if node.ephemeral_owner == self.store.session_id:
@@ -242,33 +285,36 @@ class BookieRegistration:
                     return
                 if trio.current_time() >= deadline:
                     raise BookieIdInUseError(
-                        self.path,
+                        path,
                         f"bookie id is registered by another session "
                         f"({node.ephemeral_owner:#x}) that did not go away in "
                         f"{self.stale_wait:g} s",
                     ) from None
-                log.info("%s held by session %#x; waiting", self.path, node.ephemeral_owner)
-                await self._wait_until_gone(deadline)
+                log.info("%s held by session %#x; waiting", path, node.ephemeral_owner)
+                await self._wait_until_gone(path, deadline)
             except (SessionExpiredError, StoreUnavailableError) as exc:
-                log.warning("registering %s failed (will retry): %s", self.path, exc)
+                log.warning("registering %s failed (will retry): %s", path, exc)
                 await trio.sleep(backoff)
                 backoff = min(2.0, backoff * 2)
 
-    async def _wait_until_gone(self, deadline: float) -> None:
+    async def _wait_until_gone(self, path: str, deadline: float) -> None:
         with trio.move_on_at(deadline):
-            async with self.store.watch(self.path) as changes:
+            async with self.store.watch(path) as changes:
                 async for change in changes:
                     if not change.exists:
                         return
 
     async def _unregister(self) -> None:
+        await self._delete_if_ours(self.path)
+
+    async def _delete_if_ours(self, path: str) -> None:
         try:
-            node = await self.store.get(self.path)
+            node = await self.store.get(path)
             if node is not None and node.ephemeral_owner == self.store.session_id:
-                await self.store.delete(self.path, node.version)
-                log.info("unregistered %s", self.path)
+                await self.store.delete(path, node.version)
+                log.info("unregistered %s", path)
         except MetadataError as exc:  # closed store, lost session: the node goes anyway
-            log.info("could not unregister %s: %s", self.path, exc)
+            log.info("could not unregister %s: %s", path, exc)
 
 
 @asynccontextmanager

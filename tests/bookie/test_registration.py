@@ -1,13 +1,20 @@
 """A bookie with a metadataServiceUri registers itself while it serves, advertising BP-32's
-write-close (unless it acts as upstream), and its registration goes when it stops."""
+write-close (unless it acts as upstream), moves its registration under
+``available/readonly`` when its disk fails, and its registration goes when it stops."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import trio
+
+from bookiesim.bookie.ledger_storage import StorageFailedError
 from bookiesim.metadata import open_store
-from bookiesim.metadata.registration import live_bookies
-from bookiesim.testing import bookie_config, running_bookie
+from bookiesim.metadata.registration import live_bookies, read_only_bookies
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.simulation.disk import SimDisk
+from bookiesim.testing import bookie_client, bookie_config, running_bookie
 
 
 async def test_bookie_registers_while_serving(tmp_path: Path) -> None:
@@ -32,3 +39,39 @@ async def test_upstream_behaviour_does_not_advertise_write_close(tmp_path: Path)
         assert svc.address is not None
         live = await live_bookies(store)
         assert not live[svc.address.bookie_id].supports_write_close
+
+
+@pytest.mark.parametrize("failing", ["journal", "ledgers"])
+async def test_a_bookie_whose_disk_fails_registers_read_only(tmp_path: Path, failing: str) -> None:
+    # As upstream: a bookie that takes no more adds leaves the writable list, so clients
+    # stop choosing it for new ensembles; it stays registered, read-only, for its readers.
+    uri = f"sqlite:///{tmp_path}/meta.db"
+    cfg = bookie_config(tmp_path, metadata_service_uri=uri, flush_interval=3_600_000)
+    disk = SimDisk()
+    faults = {name: disk.add_root(tmp_path / name) for name in ("journal", "ledgers")}
+    with disk.installed():
+        async with (
+            running_bookie(cfg) as svc,
+            open_store(uri) as store,
+            bookie_client(svc) as client,
+        ):
+            assert svc.address is not None
+            me = svc.address.bookie_id
+            assert list(await live_bookies(store)) == [me]
+            assert (await client.add(1, 0, b"before")).status == pb.EOK
+            faults[failing].sync_error = True
+            if failing == "journal":
+                assert (await client.add(1, 1, b"during")).status == pb.EIO
+            else:
+                with pytest.raises(StorageFailedError):
+                    await svc.bookie.checkpoint()
+            faults[failing].sync_error = False
+            with trio.fail_after(10):
+                await svc.bookie.read_only.wait()
+                while True:
+                    if list(await read_only_bookies(store)) == [me]:
+                        break
+                    await trio.sleep(0.02)
+            assert await live_bookies(store) == {}
+            assert (await client.add(1, 2, b"after")).status == pb.EIO
+            assert (await client.read(1, 0)).status == pb.EOK

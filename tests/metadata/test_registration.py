@@ -15,6 +15,7 @@ from bookiesim.metadata import (
     BookieInfo,
     MetadataStore,
     live_bookies,
+    read_only_bookies,
     register_bookie,
     watch_live_bookies,
 )
@@ -132,3 +133,36 @@ async def test_watch_live_bookies(backend: Backend, store: MetadataStore) -> Non
                     }
                 assert await anext(updates) == {BOOKIE.bookie_id: BOOKIE}
             assert await anext(updates) == {}
+
+
+async def test_a_read_only_bookie_moves_under_readonly(store: MetadataStore) -> None:
+    # Upstream's transition to read-only mode: no longer offered for new ensembles,
+    # still registered (and so still alive) for everyone who reads from it.
+    async with register_bookie(store, BOOKIE) as registration:
+        await registration.set_read_only()
+        assert registration.path == "/ledgers/available/readonly/127.0.0.1:3181"
+        assert await live_bookies(store) == {}
+        assert await read_only_bookies(store) == {"127.0.0.1:3181": BOOKIE}
+        await registration.set_read_only()  # once is enough
+        assert list(await read_only_bookies(store)) == ["127.0.0.1:3181"]
+    assert await read_only_bookies(store) == {}
+    assert await live_bookies(store) == {}
+
+
+async def test_a_read_only_registration_comes_back_after_session_expiry(
+    backend: Backend,
+) -> None:
+    async with backend.open() as store, backend.open() as observer:
+        assert isinstance(store, SqliteStore | ZkStore)
+        async with register_bookie(store, BOOKIE) as registration:
+            await registration.set_read_only()
+            await store.expire_session()
+            with trio.fail_after(backend.session_timeout * 5 + 5):
+                while True:
+                    seen = await read_only_bookies(observer)
+                    # Writable, read-only, read-only again (a create retried after the
+                    # session's loss may count twice); and visible to others.
+                    if registration.registrations >= 3 and seen == {BOOKIE.bookie_id: BOOKIE}:
+                        break
+                    await trio.sleep(0.05)
+            assert await live_bookies(observer) == {}
