@@ -61,6 +61,19 @@ class _FailureLatch:
             )
         return self.error
 
+    def check(self) -> None:
+        """Raise the failure, if there was one."""
+        if self.error is not None:
+            raise self.error
+
+    def guard(self, sync: Callable[[], None]) -> None:
+        """Run ``sync``, an fsync step (blocking); an ``OSError`` from it fails the storage
+        for good."""
+        try:
+            sync()
+        except OSError as exc:
+            raise self.record(exc) from exc
+
 
 @dataclass(frozen=True)
 class EntryHeader:
@@ -170,7 +183,7 @@ class LedgerStorage:
         The entry is readable at once but durable only after the journal's sync (or the next
         checkpoint). A write error has already rotated the ledger's log when it reaches us.
         """
-        if self._failure.error is not None:
+        if self._failure.error is not None:  # not check(): a call per add costs
             raise self._failure.error
         location = self.entry_logger.add_entry(header.ledger_id, body)
         self.index.set_location(header.ledger_id, header.entry_id, location)
@@ -215,8 +228,7 @@ class LedgerStorage:
         points into are durable, so neither a kill -9 nor a power loss, whatever the kernel
         writes back on its own meanwhile, can leave it pointing past the end of a log.
         """
-        if self._failure.error is not None:
-            raise self._failure.error
+        self._failure.check()
         plan = self.entry_logger.prepare_checkpoint()
         index_files = self.index.detach_dirty()
         return StorageCheckpoint(plan, index_files, self.index.directories, self._failure)
@@ -254,18 +266,9 @@ class LedgerStorage:
     async def sync_entry_logs(self) -> None:
         """fsync every active and rotated log (upstream ``entryLogger.flush()``), as the
         checkpoint does but without the index; compaction calls it before it moves entries."""
-        if self._failure.error is not None:
-            raise self._failure.error
+        self._failure.check()
         plan = self.entry_logger.prepare_checkpoint()
-        failure = self._failure
-
-        def sync() -> None:
-            try:
-                plan.sync()
-            except OSError as exc:
-                raise failure.record(exc) from exc
-
-        await run_blocking(sync)
+        await run_blocking(self._failure.guard, plan.sync)
         self.entry_logger.complete_checkpoint(plan)
 
     def move_entries(self, moves: Iterable[tuple[int, int, int, int]]) -> int:
@@ -330,17 +333,11 @@ class StorageCheckpoint:
 
     def sync_logs(self) -> None:
         """fsync the planned logs. Blocking. An error fails the storage for good."""
-        try:
-            self.plan.sync()
-        except OSError as exc:
-            raise self._failure.record(exc) from exc
+        self._failure.guard(self.plan.sync)
 
     def sync_index(self) -> None:
         """fsync the index files written. Blocking. An error fails the storage for good."""
-        try:
-            self._sync_index_files()
-        except OSError as exc:
-            raise self._failure.record(exc) from exc
+        self._failure.guard(self._sync_index_files)
 
     def _sync_index_files(self) -> None:
         if len(self.index_paths) >= writeback.SYNCFS_MIN_FILES:
