@@ -415,8 +415,8 @@ class Simulation:
         for sb in cluster.bookies.values():
             sb.faults.full = False
             sb.faults.latency = 0.0
-            if sb.bookie is not None and sb.bookie.journal.failed is not None:
-                history.trace(f"{sb.name}: journal failed, restarting it")
+            if sb.bookie is not None and sb.bookie.failure is not None:
+                history.trace(f"{sb.name}: read-only ({sb.bookie.failure}), restarting it")
                 await sb.crash(stale=0.0)
             await sb.start()
         self.stopping.set()
