@@ -56,8 +56,9 @@ class _FailureLatch:
         if self.error is None:
             self.error = StorageFailedError(
                 exc.errno,
-                f"storage failed, read-only until restarted (the journal since the last "
-                f"checkpoint keeps every entry): an fsync failed: {exc}",
+                f"storage failed: an fsync failed: {exc} (no more adds or checkpoints in "
+                f"this process; the journal since the last checkpoint keeps every entry, "
+                f"and a restart replays it)",
             )
         return self.error
 
