@@ -8,7 +8,7 @@ Python worker does that step on its own records, vectorised, and hands Spark one
 group: for logs of consecutive entries about a sixtieth of the rows. Spark then merges the
 partial rows of different batches and splits, so the result is the same.
 
-Columns (``BLOCKS_DDL``): bookie, logId, ledgerId, block (``entryId >> 6``; null for
+Columns (``BLOCKS_SCHEMA``): bookie, logId, ledgerId, block (``entryId >> 6``; null for
 negative entry ids), word (bit ``entryId & 63`` set for each id of the block; null when the
 block is null), records, bytes (``size + 4`` each), firstEntryId, lastEntryId, min/max
 publishTime, brokerTimestamp and index (null where no entry of the group had one),
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from bookiesim.pipeline.inputs import Split
 from bookiesim.pipeline.rows import Columns, scan_split
 
-__all__ = ["BLOCKS_DDL", "BLOCKS_SCHEMA", "read_split_blocks"]
+__all__ = ["BLOCKS_SCHEMA", "read_split_blocks"]
 
 BLOCKS_SCHEMA = pa.schema(
     [
@@ -50,10 +50,6 @@ BLOCKS_SCHEMA = pa.schema(
         ("status", pa.string()),
         ("error", pa.string()),
     ]
-)
-BLOCKS_DDL = ", ".join(
-    f"{name} {'string' if field.type == pa.string() else 'long'}"
-    for name, field in zip(BLOCKS_SCHEMA.names, BLOCKS_SCHEMA, strict=True)
 )
 
 ROWS_PER_GROUPING = 1 << 16

@@ -27,7 +27,7 @@ Options (all optional):
 
 The driver lists the files and checks their headers when the read is planned, so a bad input
 fails at once with its path in the message; executors then stream their splits
-(:func:`~bookiesim.pipeline.rows.read_split`). Columns: :data:`~bookiesim.pipeline.rows.DDL`.
+(:func:`~bookiesim.pipeline.rows.read_split`). Columns: :data:`~bookiesim.pipeline.rows.SCHEMA`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from bookiesim.pipeline.blocks import BLOCKS_DDL, read_split_blocks
+from bookiesim.pipeline.blocks import BLOCKS_SCHEMA, read_split_blocks
 from bookiesim.pipeline.inputs import (
     DEFAULT_MAX_PARTITION_BYTES,
     DEFAULT_MAX_SPLIT_BYTES,
@@ -49,7 +50,7 @@ from bookiesim.pipeline.inputs import (
     pack_splits,
     plan_splits,
 )
-from bookiesim.pipeline.rows import DDL, read_split
+from bookiesim.pipeline.rows import SCHEMA, read_split
 
 __all__ = ["EntryLogDataSource", "input_paths"]
 
@@ -155,7 +156,8 @@ class EntryLogDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType | str:
-        return BLOCKS_DDL if _combine_blocks(self.options) else DDL
+        # Spark's own conversion: the Arrow schemas the workers fill are the only list.
+        return from_arrow_schema(BLOCKS_SCHEMA if _combine_blocks(self.options) else SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return EntryLogReaderForSpark(self.options)

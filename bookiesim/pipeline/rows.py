@@ -42,7 +42,7 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
 from bookiesim.pipeline.inputs import Split
 
-__all__ = ["COLUMNS", "DDL", "SCHEMA", "Columns", "read_split", "scan_split"]
+__all__ = ["COLUMNS", "SCHEMA", "Columns", "read_split", "scan_split"]
 
 SCHEMA = pa.schema(
     [
@@ -61,11 +61,6 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(SCHEMA.names)
-DDL = (
-    "bookie string, logId long, ledgerId long, entryId long, location long, size int, "
-    "lastAddConfirmed long, publishTime long, brokerTimestamp long, `index` long, "
-    "status string, error string"
-)
 
 _LAC = struct.Struct(">q")
 ROWS_PER_BATCH = 16_384
