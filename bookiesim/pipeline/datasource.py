@@ -45,6 +45,7 @@ from bookiesim.pipeline.blocks import BLOCKS_SCHEMA, read_split_blocks
 from bookiesim.pipeline.inputs import (
     DEFAULT_MAX_PARTITION_BYTES,
     DEFAULT_MAX_SPLIT_BYTES,
+    TASKS_PER_CORE,
     Split,
     find_log_files,
     pack_splits,
@@ -125,9 +126,8 @@ class EntryLogReaderForSpark(DataSourceReader):
         self.skip_bad_files = _flag(options, "skipBadFiles")
         self.pulsar = _flag(options, "pulsar", default=True)
         self.blocks = _combine_blocks(options)
-        # Two per core: cores finish together though tasks differ a little, and each task
-        # costs ~0.1 s (pack_splits): with eight per core, 15-27% of the inventory went on them.
-        self.tasks = _positive(options, "partitions", 2 * len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
+        self.tasks = _positive(options, "partitions", TASKS_PER_CORE * cores)
 
     def partitions(self) -> Sequence[InputPartition]:
         files, skipped = find_log_files(

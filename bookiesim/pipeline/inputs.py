@@ -33,6 +33,7 @@ from bookiesim.entrylog.scanner import scan_entry_log_batches
 __all__ = [
     "DEFAULT_MAX_PARTITION_BYTES",
     "DEFAULT_MAX_SPLIT_BYTES",
+    "TASKS_PER_CORE",
     "InputError",
     "LogFile",
     "Split",
@@ -49,6 +50,8 @@ DEFAULT_MAX_SPLIT_BYTES = 256 << 20
 boundary walk costs a read of the file, so we cut less often)."""
 DEFAULT_MAX_PARTITION_BYTES = 1 << 30
 """A task reads at most this much unless one split is bigger (:func:`pack_splits`)."""
+TASKS_PER_CORE = 2
+"""Spark tasks per core by default (:func:`pack_splits` says why so few)."""
 
 
 class InputError(Exception):
@@ -185,9 +188,9 @@ def pack_splits(
 
     A task costs Spark about 0.1 s whatever it reads (measured on the inventory job,
     BENCHMARKS.md), and a bookie with a log per ledger has thousands of small logs, so tasks
-    are few and large: as many as asked (the source's default is two per core), not one per
-    log. A split goes to the group its middle byte falls in, so equal splits share out
-    evenly however the byte counts round.
+    are few and large: as many as asked (by default :data:`TASKS_PER_CORE` per core), not
+    one per log. A split goes to the group its middle byte falls in, so equal splits share
+    out evenly however the byte counts round.
     """
     if not splits:
         return []

@@ -23,11 +23,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TASKS_PER_CORE", "entrylog_tasks", "spark_session", "stage_progress"]
+__all__ = ["entrylog_tasks", "spark_session", "stage_progress"]
 
 POLL_SECONDS = 0.25
-TASKS_PER_CORE = 2
-"""Spark tasks per core for the ``entrylog`` source (its ``partitions`` option)."""
 
 
 def spark_session(
@@ -58,6 +56,8 @@ def entrylog_tasks(spark: SparkSession) -> int:
     """The ``entrylog`` source's ``partitions`` for this session: two per core Spark has
     (``defaultParallelism``: ``N`` for ``local[N]``, the executors' cores on a cluster).
     The source alone only knows the cores of the machine planning the read."""
+    from bookiesim.pipeline.inputs import TASKS_PER_CORE
+
     return TASKS_PER_CORE * spark.sparkContext.defaultParallelism
 
 
