@@ -173,3 +173,56 @@ def test_raw_fdatasync_latency_paces_and_reports_the_stalled_share(tmp_path: Pat
         tmp_path / "all.bin", seconds=0.2, syncs_per_second=1000, bytes_per_sync=512, stall_ms=0
     )
     assert everything.over_threshold_share == everything.stalled_share > 0
+
+
+def test_raw_file_churn_writes_and_closes_a_log_per_count(tmp_path: Path) -> None:
+    import os
+
+    from bookiesim.entrylog.format import HEADER_SIZE, LEDGERS_MAP_OFFSET_POSITION
+    from bookiesim.sim.benchmarks.baseline import raw_file_churn_rate
+
+    descriptors = len(os.listdir("/proc/self/fd"))
+    rate = raw_file_churn_rate(tmp_path / "churn", count=30, record_size=100, open_files=4)
+    assert rate.count == 30
+    assert rate.per_second > 0
+    assert len(os.listdir("/proc/self/fd")) == descriptors  # every log closed
+    logs = sorted((tmp_path / "churn").iterdir())
+    assert len(logs) == 30
+    for log in logs:
+        data = log.read_bytes()
+        assert len(data) == rate.nbytes // 30
+        # Each was "rotated": the header points at the ledgers map after the one record.
+        offset = int.from_bytes(data[LEDGERS_MAP_OFFSET_POSITION : LEDGERS_MAP_OFFSET_POSITION + 8])
+        assert offset == HEADER_SIZE + 100
+    with pytest.raises(FileExistsError):  # never overwrites what is there
+        raw_file_churn_rate(tmp_path / "churn", count=1, record_size=1, open_files=1)
+
+
+@pytest.mark.slow
+def test_bench_bookie_reports_every_run_baseline_and_target(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from bookiesim.sim.benchmarks.bookie import SCENARIOS
+
+    code = main(["bench", "bookie", "--adds", "3000", "--dir", str(tmp_path), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0
+    report = json.loads(captured.out)
+    assert set(report["runs"]) == {scenario.name for scenario in SCENARIOS}
+    for run in report["runs"].values():
+        assert run["adds"] == 3000
+        assert run["errors"] == 0
+        assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["p999_ms"]
+        assert run["fsyncs_per_second"] > 0
+    assert report["raw_fdatasync_per_second"] > 0
+    assert report["raw_file_churn_per_second"] > 0
+    assert report["raw_fdatasync_latency"]["syncs_per_second"] > 0
+    assert set(report["ratios"]) == {
+        "10000_ledgers / 10_ledgers",
+        "10000_ledgers / raw file churn",
+        "interleaved / per_ledger",
+    }
+    assert len(report["targets"]) == 4
+    assert "raw file churn" in captured.err
+    assert "files/s" in captured.err
+    assert list(tmp_path.iterdir()) == []  # the bookies' and the baselines' files are gone

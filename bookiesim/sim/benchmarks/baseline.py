@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+
+from bookiesim.entrylog.format import (
+    HEADER_SIZE,
+    LEDGERS_MAP_ENTRY_SIZE,
+    LEDGERS_MAP_HEADER_SIZE,
+    LEDGERS_MAP_OFFSET_POSITION,
+)
+from bookiesim.entrylog.writeback import sync_filesystem
 
 CHUNK = 1 << 20
 
@@ -85,6 +94,45 @@ def raw_fdatasync_rate(path: Path, count: int = 2000, size: int = 1024) -> Rate:
     finally:
         os.close(fd)
     return Rate(count, count * size, seconds)
+
+
+def raw_file_churn_rate(directory: Path, count: int, record_size: int, open_files: int) -> Rate:
+    """The file system's ceiling for a log per add: ``count`` files, each created, given a
+    header and one record of ``record_size`` bytes, then, once ``open_files`` newer ones are
+    open, a one-ledger ledgers map, the map's offset in the header, and a close; one
+    ``syncfs`` at the end. That is the least file work an entry-log-per-ledger bookie does
+    for an add that evicts a log and starts another, with no journal, socket or index."""
+    directory.mkdir(parents=True, exist_ok=True)
+    header = bytes(HEADER_SIZE)
+    record = bytes(record_size)
+    ledgers_map = bytes(LEDGERS_MAP_HEADER_SIZE + LEDGERS_MAP_ENTRY_SIZE)
+    # The header's patched fields: the map's offset (long) and its ledger count (int).
+    map_offset = (HEADER_SIZE + record_size).to_bytes(8, "big") + (1).to_bytes(4, "big")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    active: deque[int] = deque()
+
+    def rotate(fd: int) -> None:
+        os.write(fd, ledgers_map)
+        os.pwrite(fd, map_offset, LEDGERS_MAP_OFFSET_POSITION)
+        os.close(fd)
+
+    start = time.perf_counter()
+    try:
+        for n in range(count):
+            fd = os.open(directory / f"{n:x}.log", flags, 0o644)
+            active.append(fd)
+            os.write(fd, header)
+            os.write(fd, record)
+            if len(active) > open_files:
+                rotate(active.popleft())
+        while active:
+            rotate(active.popleft())
+        sync_filesystem(directory)
+    finally:
+        for fd in active:
+            os.close(fd)
+    seconds = time.perf_counter() - start
+    return Rate(count, count * (HEADER_SIZE + record_size + len(ledgers_map)), seconds)
 
 
 @dataclass(frozen=True)
