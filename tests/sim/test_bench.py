@@ -128,14 +128,20 @@ def test_bench_pipeline_reports_one_and_two_cores(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["benchmark"] == "pipeline"
-    assert {"rawReadMb", "scannerMb", "spark1Mb", "spark2Mb", "spark2MbPerCore"} <= set(
-        report["figures"]
-    )
+    figures = report["figures"]
+    assert {"rawReadMb", "scannerMb", "spark1Mb", "spark2Mb", "spark2MbPerCore"} <= set(figures)
     assert {r["key"]: r["threshold"] for r in report["ratios"]} == {
         "twoVsOneCore": 1.6,
         "perCoreVsRawRead": 0.5,
         "oneCoreVsScanner": None,
+        "fixedCostVsAllowed": None,
     }
+    # The fixed cost is a whole Spark job (over a second here, never milliseconds), and the
+    # time the target allows is the input's bytes at half the raw read per core, on 2 cores.
+    assert figures["spark2FixedSeconds"]["median"] > 0.05
+    allowed = figures["perCoreAllowedSeconds"]["runs"][0]
+    raw = figures["rawReadMb"]["runs"][0] * 1e6
+    assert allowed * raw == pytest.approx(4 * 1024 * 1024 * 1.0, rel=0.05)
     assert list(tmp_path.iterdir()) == []
 
 

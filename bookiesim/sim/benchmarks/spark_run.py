@@ -9,7 +9,9 @@ the one-core figure and so the scaling ratio.
 
 Prints one JSON line: ``{"seconds": S, "entries": N}``; the clock covers the job from the
 read to its Parquet written, after the same job once untimed (a fresh JVM is warmed up) and
-after the logs were dropped from the page cache.
+after the logs were dropped from the page cache. With ``--fixed-root`` (a bookie dir of one
+small log) it adds ``"fixed_seconds"``: the median of three runs of the same job on that
+input, in the same warm session — what the job costs whatever its input.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -34,8 +37,14 @@ def pin_to_cpus(count: int) -> list[int]:
     return chosen
 
 
-def timed_inventory(root: Path, cores: int, work: Path) -> tuple[float, int]:
-    """Seconds and entries of one inventory over the logs under ``root`` on ``local[cores]``."""
+FIXED_COST_RUNS = 3
+
+
+def timed_inventory(
+    root: Path, cores: int, work: Path, fixed_root: Path | None = None
+) -> tuple[float, int, float | None]:
+    """Seconds and entries of one inventory over the logs under ``root`` on ``local[cores]``,
+    and the median seconds of the same job over ``fixed_root`` (None without it)."""
     from bookiesim.pipeline.jobs.inventory import inventory
     from bookiesim.pipeline.session import entrylog_tasks, spark_session
 
@@ -55,7 +64,16 @@ def timed_inventory(root: Path, cores: int, work: Path) -> tuple[float, int]:
         summary = inventory(source.load(str(root)), work / "out")
         seconds = time.perf_counter() - started
         shutil.rmtree(work / "out")
-        return seconds, summary.entries
+        fixed = None
+        if fixed_root is not None:
+            fixed_runs = []
+            for _ in range(FIXED_COST_RUNS):
+                started = time.perf_counter()
+                inventory(source.load(str(fixed_root)), work / "fixed")
+                fixed_runs.append(time.perf_counter() - started)
+                shutil.rmtree(work / "fixed")
+            fixed = statistics.median(fixed_runs)
+        return seconds, summary.entries, fixed
     finally:
         spark.stop()
 
@@ -65,10 +83,14 @@ def main() -> None:
     parser.add_argument("--cores", type=int, required=True)
     parser.add_argument("--root", type=Path, required=True, help="the bookie dir of the logs")
     parser.add_argument("--work", type=Path, required=True, help="scratch dir for output")
+    parser.add_argument("--fixed-root", type=Path, help="a bookie dir of one small log")
     args = parser.parse_args()
     pin_to_cpus(args.cores)
-    seconds, entries = timed_inventory(args.root, args.cores, args.work)
-    print(json.dumps({"seconds": seconds, "entries": entries}), flush=True)
+    seconds, entries, fixed = timed_inventory(args.root, args.cores, args.work, args.fixed_root)
+    result: dict[str, float | int] = {"seconds": seconds, "entries": entries}
+    if fixed is not None:
+        result["fixed_seconds"] = fixed
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
