@@ -52,6 +52,7 @@ from bookiesim.bookie.journal_format import (
     parse_header,
 )
 from bookiesim.bookie.log_mark import LogMark
+from bookiesim.entrylog.writeback import fsync_directory
 
 __all__ = [
     "DEFAULT_MAX_BACKUP_JOURNALS",
@@ -114,14 +115,6 @@ def list_journal_ids(journal_dir: str | os.PathLike[str]) -> list[int]:
     ids = [i for i in map(_parse_file_name, names) if i is not None]
     ids.sort()
     return ids
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
@@ -338,7 +331,7 @@ class JournalWriter:
             # writing; a collision is a bug or a second bookie on this directory.
             os.link(tmp, path)
             os.unlink(tmp)
-            _fsync_dir(self.current_dir)  # the name survives a crash before the first sync
+            fsync_directory(self.current_dir)  # the name survives a crash before the first sync
         except BaseException:
             os.close(fd)
             self._fd = -1

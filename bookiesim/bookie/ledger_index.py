@@ -70,6 +70,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
+from bookiesim.entrylog.writeback import fsync_directory
+
 __all__ = [
     "FENCED_BIT",
     "HEADER_SIZE",
@@ -296,14 +298,6 @@ def _pwrite_full(fd: int, data: bytes | memoryview, offset: int) -> None:
         n = os.pwrite(fd, view, offset)
         view = view[n:]
         offset += n
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class IndexFile:
@@ -615,7 +609,7 @@ class IndexFile:
         """Make everything flushed so far durable, including new directory entries."""
         self._sync_data()
         for directory in self._take_new_dirs():
-            _fsync_dir(directory)
+            fsync_directory(directory)
 
     def _sync_data(self) -> None:
         if self._unsynced:
@@ -909,7 +903,7 @@ class LedgerIndex:
             index_file._sync_data()
             directories.update(dict.fromkeys(index_file._take_new_dirs()))
         for directory in directories:
-            _fsync_dir(directory)
+            fsync_directory(directory)
 
     def detach_dirty(self) -> list[IndexFile]:
         """A checkpoint's first index step: set aside every changed ledger's dirty

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from bookiesim.entrylog.writeback import fsync_directory
+
 __all__ = [
     "LAST_MARK_FILE",
     "LAST_MARK_SIZE",
@@ -91,14 +93,6 @@ def _read_one(path: str) -> LogMark | None:
     return LogMark.decode(data)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def read_last_mark(
     ledger_dirs: Iterable[str | os.PathLike[str]], journal_index: int | None = None
 ) -> LogMark:
@@ -139,7 +133,7 @@ def write_last_mark(
             continue  # never move a mark backwards; equal needs no write either
         if not os.path.isdir(current):
             os.makedirs(current, exist_ok=True)
-            _fsync_dir(os.path.dirname(current) or ".")
+            fsync_directory(os.path.dirname(current) or ".")
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -148,6 +142,6 @@ def write_last_mark(
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(current)
+        fsync_directory(current)
         written.append(path)
     return written

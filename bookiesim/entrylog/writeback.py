@@ -111,11 +111,21 @@ def fsync_path(path: str | os.PathLike[str], *, directory: bool = False) -> None
     inode, whichever descriptor wrote the data. A file gone since is skipped: only a file
     already made durable (a flushed log) or no longer needed (a deleted ledger's index) is
     ever removed."""
-    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
     try:
-        fd = os.open(path, flags)
+        _fsync(path, os.O_DIRECTORY if directory else 0)
     except FileNotFoundError:
         return
+
+
+def fsync_directory(path: str | os.PathLike[str]) -> None:
+    """fsync a directory, so that the names created, renamed or removed in it survive a
+    crash. Unlike :func:`fsync_path`, a missing directory raises: the caller has just put a
+    name there and must not believe it durable."""
+    _fsync(path, os.O_DIRECTORY)
+
+
+def _fsync(path: str | os.PathLike[str], extra_flags: int) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | extra_flags)
     try:
         os.fsync(fd)
     finally:
