@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,7 +19,7 @@ from bookiesim.sim.output import make_console
 from bookiesim.simulation.bugs import unknown_bugs
 from bookiesim.simulation.campaign import BUGS, failure_report, run_campaign
 from bookiesim.simulation.plan import FAULT_KINDS
-from bookiesim.simulation.runner import RunResult, SimSettings
+from bookiesim.simulation.runner import RunResult, SimSettings, quiet_logs
 
 __all__ = ["main", "register"]
 
@@ -111,19 +110,19 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"bookiesim sim faults: {exc}")
         return 2
-    # Every fault makes the bookies and clients log warnings by the hundred; the trace says
-    # what matters.
-    logging.getLogger("bookiesim").setLevel(logging.CRITICAL)
     seeds = range(base.seed, base.seed + args.seeds)
-    with Progress(
-        TextColumn("seeds"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[failures]} failing"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=not err.is_terminal,
-    ) as progress:
+    with (
+        quiet_logs(),
+        Progress(
+            TextColumn("seeds"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[failures]} failing"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not err.is_terminal,
+        ) as progress,
+    ):
         task = progress.add_task("seeds", total=args.seeds, failures=0)
         failing = 0
 

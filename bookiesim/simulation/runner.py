@@ -16,11 +16,13 @@ liveness L2), lets GC run, checks once more and reads every closed ledger back i
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -41,7 +43,14 @@ from bookiesim.simulation.plan import FAULT_KINDS, FaultPlan, Step, draw_plan
 from bookiesim.simulation.rng import SimRandom, deterministic_run
 from bookiesim.simulation.slow_writer import SlowWriter
 
-__all__ = ["RunResult", "SimSettings", "Simulation", "new_simulation", "run_simulation"]
+__all__ = [
+    "RunResult",
+    "SimSettings",
+    "Simulation",
+    "new_simulation",
+    "quiet_logs",
+    "run_simulation",
+]
 
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (3, 3, 2),
@@ -443,3 +452,18 @@ class Simulation:
         for lid in sorted(history.metadata):
             await self.admin.read(lid, must_succeed=True)
         history.trace(f"end: {len(history.metadata)} ledgers checked, network digest {net.digest}")
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """Only critical records from ``bookiesim`` loggers while inside: faults make the bookies
+    and clients log warnings by the hundred, and the trace says what matters. The level is
+    put back after, so whatever runs next in the process (a test that checks a warning) hears
+    them again."""
+    logger = logging.getLogger("bookiesim")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

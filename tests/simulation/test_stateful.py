@@ -16,7 +16,6 @@ an invariant broken on purpose is reported and shrunk, and the #2614 switch
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -35,7 +34,7 @@ from hypothesis.stateful import (
 from bookiesim.simulation import invariants
 from bookiesim.simulation.invariants import CheckerMemory, ClusterView, Finding
 from bookiesim.simulation.plan import FAULT_KINDS, FaultPlan
-from bookiesim.simulation.runner import SimSettings
+from bookiesim.simulation.runner import SimSettings, quiet_logs
 from bookiesim.simulation.stepper import SimStepper
 
 SETTINGS = SimSettings(bookies=4, writers=1, recoverers=2)
@@ -50,12 +49,8 @@ BUDGET = settings(
 
 @pytest.fixture(autouse=True)
 def _quiet_logs() -> Iterator[None]:
-    # Faults make bookies and clients log warnings by the hundred; the trace says what matters.
-    logger = logging.getLogger("bookiesim")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
+    with quiet_logs():
+        yield
 
 
 class FaultMachine(RuleBasedStateMachine):

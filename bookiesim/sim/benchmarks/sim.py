@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import logging
 import os
 import sys
 import time
@@ -44,7 +43,7 @@ from bookiesim.sim.benchmarks.report import (
     step_progress,
 )
 from bookiesim.sim.output import make_console
-from bookiesim.simulation.runner import SimSettings, run_simulation
+from bookiesim.simulation.runner import SimSettings, quiet_logs, run_simulation
 from bookiesim.simulation.stepper import SimStepper
 
 __all__ = ["RATIOS", "IdleRun", "measure_idle", "register", "run_sim_benchmark"]
@@ -196,9 +195,7 @@ def _main(args: argparse.Namespace) -> int:
         f"bench sim: {args.ledgers:,} ledgers then {args.idle:,.0f} s idle, "
         f"{args.busy_seeds} busy seed(s), {args.repeats} run(s) ({describe_machine(machine)})"
     )
-    # Faults make bookies and clients log warnings by the hundred; they are not the point.
-    logging.getLogger("bookiesim").setLevel(logging.CRITICAL)
-    with step_progress(status, args.repeats * (1 + args.busy_seeds)) as step:
+    with quiet_logs(), step_progress(status, args.repeats * (1 + args.busy_seeds)) as step:
         figures = run_sim_benchmark(args, step)
     report = Report(
         name="sim",
