@@ -220,6 +220,9 @@ def test_bench_bookie_reports_every_run_baseline_and_target(
         assert run["errors"] == 0
         assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["p999_ms"]
         assert run["fsyncs_per_second"] > 0
+        assert run["bookie_cpu_us_per_add"] > 0
+        assert 0 < run["bookie_cpu_share"] < 8  # of one core; a bookie has few busy threads
+        assert run["client_cpu_us_per_add"] > 0
     assert report["raw_fdatasync_per_second"] > 0
     assert report["raw_file_churn_per_second"] > 0
     assert report["raw_fdatasync_latency"]["syncs_per_second"] > 0
@@ -231,4 +234,19 @@ def test_bench_bookie_reports_every_run_baseline_and_target(
     assert len(report["targets"]) == 4
     assert "raw file churn" in captured.err
     assert "files/s" in captured.err
+    assert "bookie CPU" in captured.err
     assert list(tmp_path.iterdir()) == []  # the bookies' and the baselines' files are gone
+
+
+def test_process_cpu_seconds_counts_a_busy_process() -> None:
+    import os
+    import time
+
+    from bookiesim.sim.benchmarks.bookie import process_cpu_seconds
+
+    before = process_cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    spent = process_cpu_seconds(os.getpid()) - before
+    assert 0.1 <= spent <= 5.0  # clock ticks are 10 ms; other threads may add a little
