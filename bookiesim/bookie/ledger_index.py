@@ -65,7 +65,7 @@ import struct
 import sys
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -107,6 +107,14 @@ _INDEX_EPOCHS = itertools.count(1)
 on one index never matches another's count."""
 
 _SLOT: Final = 8
+
+WRITE_STEP_LOCATIONS: Final = 4096
+"""Locations a checkpoint writes between chances for the owner to serve adds: with 10
+ledgers at 20,000 adds/s, one checkpoint writes 200,000, which in one go held the trio thread
+for 70-80 ms (BENCHMARKS.md); a step of 4096 takes well under a millisecond."""
+WRITE_STEP_FILE_COST: Final = 64
+"""A file's fixed cost in a checkpoint (descriptor, header, pwrite), in locations: so that
+thousands of ledgers with one new entry each also let the owner in between."""
 _PAGE_SLOTS: Final = 1024  # upstream's pageSize of 8192 bytes; our unit for scanning reads
 _FIXED_HEADER: Final = 4 + 4 + 4 + 4 + 4  # signature, version, key length, state, lac length
 _INT = struct.Struct(">i")
@@ -572,38 +580,54 @@ class IndexFile:
 
     def write_detached(self) -> None:
         """Write the dirty header and the detached locations to the kernel."""
+        for _ in self.write_detached_steps():
+            pass
+
+    def write_detached_steps(self, step: int = WRITE_STEP_LOCATIONS) -> Iterator[int]:
+        """:meth:`write_detached` in steps of at most ``step`` locations, yielding after each
+        how many it wrote, so that the owner may serve others between steps. Nothing but the
+        file changes until the last step: a step that raises (or a caller that stops early)
+        leaves every detached location for the next checkpoint, and reads keep finding them.
+        """
         if not (self._header_dirty or self._pending):
             return
-        fd = self._io_fd()
         if self._header_dirty:
             # The header points into no log, so its newest state may go with any write.
-            _pwrite_full(fd, encode_header(self.header), 0)
+            _pwrite_full(self._io_fd(), encode_header(self.header), 0)
             self._header_dirty = False
             self._unsynced = True
         if self._pending:
             pending = self._pending
             ids = sorted(pending)
-            packed = array("q", map(pending.__getitem__, ids))
-            if _LITTLE_ENDIAN:
-                packed.byteswap()
-            raw = memoryview(packed).cast("B")
-            # One pwrite per run of consecutive entry ids: appends are sequential, so a
-            # checkpoint usually writes each ledger's new entries with one call (and finds
-            # that out with one comparison instead of a loop over the ids).
-            if ids[-1] - ids[0] + 1 == len(ids):
-                starts = [0, len(ids)]
-            else:
-                breaks = [i for i in range(1, len(ids)) if ids[i] != ids[i - 1] + 1]
-                starts = [0, *breaks, len(ids)]
-            for a, b in itertools.pairwise(starts):
-                _pwrite_full(fd, raw[_SLOT * a : _SLOT * b], HEADER_SIZE + _SLOT * ids[a])
-            self._unsynced = True
+            for first in range(0, len(ids), step):
+                part = ids[first : first + step]
+                # Asked again each step: between steps the tracker may have closed ours.
+                self._write_locations(self._io_fd(), part, pending)
+                self._unsynced = True
+                yield len(part)
             last = ids[-1]
             self._disk_slots = max(self._disk_slots, last + 1)
             if self._last_on_disk is not None:
                 self._last_on_disk = max(self._last_on_disk, last)
             self._pending = {}
             self._pending_max = -1
+
+    @staticmethod
+    def _write_locations(fd: int, ids: list[int], locations: dict[int, int]) -> None:
+        """``locations`` of the sorted ``ids``, one pwrite per run of consecutive ids:
+        appends are sequential, so a checkpoint usually writes each ledger's new entries
+        with one call (and finds that out with one comparison instead of a loop)."""
+        packed = array("q", map(locations.__getitem__, ids))
+        if _LITTLE_ENDIAN:
+            packed.byteswap()
+        raw = memoryview(packed).cast("B")
+        if ids[-1] - ids[0] + 1 == len(ids):
+            starts = [0, len(ids)]
+        else:
+            breaks = [i for i in range(1, len(ids)) if ids[i] != ids[i - 1] + 1]
+            starts = [0, *breaks, len(ids)]
+        for a, b in itertools.pairwise(starts):
+            _pwrite_full(fd, raw[_SLOT * a : _SLOT * b], HEADER_SIZE + _SLOT * ids[a])
 
     def fsync(self) -> None:
         """Make everything flushed so far durable, including new directory entries."""
@@ -928,16 +952,44 @@ class LedgerIndex:
         meanwhile) and must treat a failed sync as a failed checkpoint, as upstream does.
         A write that raises leaves every ledger of ``files`` for the next checkpoint.
         """
+        steps = self.write_detached_steps(files)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                paths: list[Path] = done.value
+                return paths
+
+    def write_detached_steps(
+        self, files: list[IndexFile], step: int = WRITE_STEP_LOCATIONS
+    ) -> Generator[int, None, list[Path]]:
+        """:meth:`write_detached` a step at a time, for an owner that serves adds between
+        steps: yields the work done since the last yield (locations written, plus
+        ``WRITE_STEP_FILE_COST`` per file), and returns what :meth:`write_detached` returns.
+
+        Between steps the owner may add entries (they go to the next checkpoint), read
+        (detached locations stay visible until their file is fully written) and delete
+        ledgers (a deleted ledger's remaining steps are skipped, so its file is not made
+        again). A step that raises, or closing the generator early, counts as a failed write.
+        """
         current = [f for f in files if self._files.get(f.ledger_id) is f]  # not deleted
         current.sort(key=lambda f: not f.is_open)  # as in flush()
         try:
             for index_file in current:
-                index_file.write_detached()
+                yield WRITE_STEP_FILE_COST
+                # After every yield: a ledger deleted meanwhile must not get its file back.
+                if self._files.get(index_file.ledger_id) is not index_file:
+                    continue
+                for written in index_file.write_detached_steps(step):
+                    yield written
+                    if self._files.get(index_file.ledger_id) is not index_file:
+                        break
         except BaseException:
             self._touched.update(f.ledger_id for f in current)
             raise
         finally:
             self._detached.difference_update(f.ledger_id for f in files)
+        current = [f for f in current if self._files.get(f.ledger_id) is f]
         paths: list[Path] = []
         directories: dict[Path, None] = {}
         for index_file in current:

@@ -27,10 +27,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import trio
+
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
-from bookiesim.bookie.ledger_index import IndexFile, LedgerIndex
+from bookiesim.bookie.ledger_index import WRITE_STEP_LOCATIONS, IndexFile, LedgerIndex
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
@@ -239,6 +241,25 @@ class LedgerStorage:
         the index locations the checkpoint set aside, and list the files to sync."""
         checkpoint.index_paths = self.index.write_detached(checkpoint.index_files)
 
+    async def write_index_in_steps(self, checkpoint: StorageCheckpoint) -> None:
+        """:meth:`write_index`, letting other tasks (adds) run every
+        ``WRITE_STEP_LOCATIONS`` locations or so: in one go, a checkpoint of 200,000
+        locations held every add waiting for 70-80 ms."""
+        steps = self.index.write_detached_steps(checkpoint.index_files)
+        work = 0
+        try:
+            while True:
+                try:
+                    work += next(steps)
+                except StopIteration as done:
+                    checkpoint.index_paths = done.value
+                    return
+                if work >= WRITE_STEP_LOCATIONS:
+                    work = 0
+                    await trio.lowlevel.checkpoint()
+        finally:
+            steps.close()  # cancelled between steps: a failed write, retried next time
+
     def complete_checkpoint(self, checkpoint: StorageCheckpoint) -> None:
         """Step 5, owner thread, after :meth:`StorageCheckpoint.sync_index` succeeded:
         rotated logs are closed and flushed, and leastUnflushedLogId moves (§4)."""
@@ -248,11 +269,12 @@ class LedgerStorage:
         """Make every entry log and index file durable; rotated logs are closed.
 
         The fsyncs run in a worker thread while adds continue; the other steps run on the
-        trio thread (:meth:`prepare_checkpoint`).
+        trio thread (:meth:`prepare_checkpoint`), the index's writes in steps with adds
+        served between them.
         """
         checkpoint = self.prepare_checkpoint()
         await _off_thread_unless(checkpoint.plan.empty, checkpoint.sync_logs)
-        self.write_index(checkpoint)
+        await self.write_index_in_steps(checkpoint)
         await _off_thread_unless(not checkpoint.index_paths, checkpoint.sync_index)
         self.complete_checkpoint(checkpoint)
 

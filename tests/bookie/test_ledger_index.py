@@ -750,3 +750,69 @@ def test_a_deleted_ledger_is_not_written_back_by_a_checkpoint(tmp_path: Path) ->
     assert index.write_detached(detached) == []
     assert not index_path(tmp_path, 1).exists()
     index._check()
+
+
+def test_write_detached_steps_let_the_owner_add_read_and_delete_between_steps(
+    tmp_path: Path,
+) -> None:
+    index = LedgerIndex([tmp_path])
+    for lid, entries in ((1, 10), (2, 5), (3, 3)):
+        index.create_ledger(lid, KEY)
+        for e in range(entries):
+            index.set_location(lid, e, 100 * lid + e + 1)
+    steps = index.write_detached_steps(index.detach_dirty(), step=4)
+    work = [next(steps), next(steps)]  # ledger 1: its file, then entries 0..3
+    assert work == [li.WRITE_STEP_FILE_COST, 4]
+    index.set_location(1, 10, 999)  # an add meanwhile: the next checkpoint's
+    assert index.get_location(1, 9) == 110  # detached, not yet written: still read
+    work += [next(steps), next(steps), next(steps), next(steps)]  # 4..7, 8..9, file 2, 0..3
+    assert work[2:] == [4, 2, li.WRITE_STEP_FILE_COST, 4]
+    index.delete_ledger(2)  # between two of its steps
+    while True:
+        try:
+            work.append(next(steps))
+        except StopIteration as done:
+            paths = done.value
+            break
+    assert work[6:] == [li.WRITE_STEP_FILE_COST, 3]  # ledger 2's last step skipped, then 3
+    assert paths == [
+        index_path(tmp_path, 1),
+        index_path(tmp_path, 3),
+        tmp_path,
+        tmp_path / "current",
+        tmp_path / "current/0",
+        tmp_path / "current/0/1",
+        tmp_path / "current/0/3",
+    ]
+    assert not index_path(tmp_path, 2).exists()  # not made again by its remaining step
+    index._check()
+    on_disk = LedgerIndex([tmp_path])
+    assert list(on_disk.entries(1)) == [(e, 101 + e) for e in range(10)]
+    assert list(on_disk.entries(3)) == [(e, 301 + e) for e in range(3)]
+    assert index.get_location(1, 10) == 999  # still dirty
+    index.close()
+
+
+def test_write_detached_steps_stopped_early_leave_everything_for_the_next_checkpoint(
+    tmp_path: Path,
+) -> None:
+    index = LedgerIndex([tmp_path])
+    for lid in (1, 2):
+        index.create_ledger(lid, KEY)
+        for e in range(6):
+            index.set_location(lid, e, 10 * lid + e + 1)
+    write_changed(index)
+    for lid in (1, 2):
+        for e in range(6, 12):
+            index.set_location(lid, e, 10 * lid + e + 1)
+    steps = index.write_detached_steps(index.detach_dirty(), step=4)
+    for _ in range(3):  # ledger 1's file and both its steps; ledger 2 not begun
+        next(steps)
+    steps.close()  # the checkpoint was cancelled: a failed write
+    index._check()
+    assert [index.get_location(2, e) for e in range(12)] == [21 + e for e in range(12)]
+    write_changed(index)  # the next checkpoint writes both ledgers' entries again
+    on_disk = LedgerIndex([tmp_path])
+    for lid in (1, 2):
+        assert list(on_disk.entries(lid)) == [(e, 10 * lid + e + 1) for e in range(12)]
+    index.close()
