@@ -21,10 +21,11 @@ took the ledger over: every pending add fails with :class:`LedgerFencedError` /
 :class:`LedgerClosedError`, as it does when a bookie answers EFENCED. A segment is never
 proposed below an existing one (invariants S5, upstream #2615).
 
-A *recovery* handle (used by :mod:`.recovery`) is the same machine with three differences:
+A *recovery* handle (used by :mod:`.recovery`) is the same machine with four differences:
 adds carry the RECOVERY_ADD flag (a fenced bookie accepts them), entries keep the length
-field they had when the writer made them, and ensemble changes stay in memory until the
-recovery closes the ledger in one CAS (invariants A9).
+field they had when the writer made them, ensemble changes stay in memory until the
+recovery closes the ledger in one CAS (invariants A9), and every re-add carries the LAC the
+recovery started from, since its own acknowledgements mean nothing if it aborts.
 """
 
 from __future__ import annotations
@@ -369,6 +370,12 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         super().__init__(bk, ledger_id, metadata, version)
         self.recovery = recovery
         self._lac = last_add_confirmed
+        # The LAC a recovery's re-adds carry: the one it started from, never one its own
+        # acknowledgements made. Those count under ensemble changes kept in memory until the
+        # close; if the recovery aborts they are forgotten, and a later recovery that trusted
+        # a higher LAC on the bookies would skip re-adding entries that are on fewer than Qa
+        # bookies of the write sets the metadata records (S3).
+        self._recovery_lac = last_add_confirmed
         self._lac_length = length
         self._last_pushed = last_add_confirmed
         self._length = length
@@ -446,7 +453,8 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             raise LedgerClosedError("handle is closed", ledger_id=self.ledger_id)
 
     def _push(self, entry_id: int, payload: bytes, length: int) -> AddFuture:
-        body = self.digest.package(entry_id, self._lac, length, payload)
+        lac = self._recovery_lac if self.recovery else self._lac
+        body = self.digest.package(entry_id, lac, length, payload)
         op = AddFuture(entry_id, length, body)
         self._last_pushed = entry_id
         self._length = length

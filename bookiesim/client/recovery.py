@@ -17,7 +17,10 @@ Steps (reference §7, invariants §2 "Recoverer", A4-A9):
    reads each entry from its own segment, as upstream did then) to re-create the bug.
 3. **Read forward** from LAC + 1, each entry from its write set in the last ensemble as it was
    at the start (A7). One good copy means the entry may have been acknowledged: it is
-   re-added with RECOVERY_ADD (which a fenced bookie accepts) to its write set. Qw - Qa + 1
+   re-added with RECOVERY_ADD (which a fenced bookie accepts) to its write set, carrying
+   the LAC this recovery started from (the re-adds' own acknowledgements count only if the
+   close succeeds; a higher LAC left on the bookies by an aborted recovery would make the
+   next one skip entries). Qw - Qa + 1
    explicit "no such entry" answers mean it cannot have been acknowledged: the ledger ends
    before it. Anything else (errors, timeouts) is *unknown*: recovery aborts and the ledger
    stays IN_RECOVERY for a later attempt (A6). These reads **fence too** — the fix for

@@ -230,6 +230,74 @@ async def test_recovery_replaces_a_dead_bookie_in_one_close(
         await check_recovered(r, handle, list(range(20)))
 
 
+async def test_an_aborted_recovery_leaves_no_lac_the_next_one_would_trust(
+    cluster: LocalCluster, bk: BookKeeper
+) -> None:
+    """Found by the fault machine (seed 162): a recovery's re-adds were acknowledged under
+    an ensemble change it kept in memory, then it aborted. Its later re-adds carried the LAC
+    those acknowledgements made, so the next recovery trusted that LAC and started past
+    entries whose second copy sat on a replacement no metadata recorded (S3)."""
+    entries = 40
+    # The writer's adds reach one bookie only: nothing is acknowledged (Qa = 2); it crashes.
+    connector = FaultyConnector()
+    with trio.CancelScope() as crash:
+        async with BookKeeper(cluster.store, bookie_connector=connector, config=PATIENT) as w:
+            lh = await w.create_ledger(3, 3, 2)
+            lid = lh.ledger_id
+            b0, b1, b2 = lh.ensemble
+            connector.add_rule(
+                lambda b, r: "drop" if b != b0 and r.HasField("addRequest") else None
+            )
+            futures = [lh.append_async(payload(lid, i)) for i in range(entries)]
+            await wait_until(lambda: any(s.entry_id == entries - 1 for s in connector.log))
+            await trio.sleep(0.05)
+            assert not any(f.done for f in futures)
+            crash.cancel()
+    # Recovery 1: b2 is down, so its re-adds replace b2 (in memory) and b0 and the
+    # replacement acknowledge them; b1 never answers its re-adds. Reads of the second half
+    # are held until the first half is acknowledged, so the re-adds of the second half go
+    # out after the handle's LAC moved. The read past the end gets no answer from b1, so the
+    # recovery aborts.
+    await cluster.stop_bookie(b2)
+    first = FaultyConnector()
+    first.add_rule(
+        lambda b, r: (
+            "hold"
+            if b == b1
+            and (
+                r.HasField("addRequest")
+                or (r.HasField("readRequest") and r.readRequest.entryId >= entries)
+            )
+            else None
+        )
+    )
+    first.add_rule(
+        lambda b, r: (
+            "hold"
+            if b == b0 and r.HasField("readRequest") and r.readRequest.entryId >= entries // 2
+            else None
+        )
+    )
+    quick = ClientConfig(seed=7, request_timeout=2.0, connect_timeout=0.5)
+    async with BookKeeper(cluster.store, bookie_connector=first, config=quick) as r1:
+
+        async def release_later() -> None:
+            await trio.sleep(0.5)
+            await first.release(lambda b, r: b == b0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(release_later)
+            with pytest.raises(LedgerRecoveryError):
+                await r1.open_ledger(lid, recovery=True)
+        assert r1.stats.ensemble_changes >= 1  # the replacement the metadata never got
+    # Recovery 2, everything up: whatever it keeps must be on Qa bookies of the write sets
+    # the metadata records (entries never acknowledged may be dropped: none was).
+    await cluster.start_bookie(b2)
+    async with BookKeeper(cluster.store, config=TEST_CONFIG) as r2:
+        handle = await r2.open_ledger(lid, recovery=True)
+        await check_recovered(r2, handle, [])
+
+
 async def test_recovery_without_fencing_coverage_fails_and_can_be_retried(
     cluster: LocalCluster, bk: BookKeeper
 ) -> None:
