@@ -210,13 +210,18 @@ def test_bench_bookie_reports_every_run_baseline_and_target(
 ) -> None:
     from bookiesim.sim.benchmarks.bookie import SCENARIOS
 
-    code = main(["bench", "bookie", "--adds", "3000", "--dir", str(tmp_path), "--json"])
+    args = ["bench", "bookie", "--adds", "2000", "--repeats", "2", "--dir", str(tmp_path)]
+    code = main([*args, "--json"])
     captured = capsys.readouterr()
     assert code == 0
     report = json.loads(captured.out)
+    assert report["repeats"] == 2
     assert set(report["runs"]) == {scenario.name for scenario in SCENARIOS}
     for run in report["runs"].values():
-        assert run["adds"] == 3000
+        # Each figure is the median of the repetitions, each repetition kept beside it.
+        assert len(run["repeats"]) == 2
+        assert run["p99_ms"] == sum(r["p99_ms"] for r in run["repeats"]) / 2
+        assert run["adds"] == 2000
         assert run["errors"] == 0
         assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["p999_ms"]
         assert run["fsyncs_per_second"] > 0
@@ -235,6 +240,11 @@ def test_bench_bookie_reports_every_run_baseline_and_target(
     assert "raw file churn" in captured.err
     assert "files/s" in captured.err
     assert "bookie CPU" in captured.err
+    assert "medians of 2 runs" in captured.err
+    with pytest.raises(SystemExit) as bad:
+        main(["bench", "bookie", "--repeats", "0"])
+    assert bad.value.code == 2
+    assert "0 is not positive" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # the bookies' and the baselines' files are gone
 
 

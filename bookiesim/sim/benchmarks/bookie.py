@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ from bookiesim.sim.benchmarks.baseline import (
     raw_fdatasync_rate,
     raw_file_churn_rate,
 )
+from bookiesim.sim.benchmarks.report import positive_int
 from bookiesim.testing import BookieProcessHandle, bookie_process
 
 STOP_TIMEOUT = 300.0
@@ -109,6 +111,10 @@ def run_load(
     return result
 
 
+def _median(values: Any) -> Any:
+    return statistics.median(list(values))
+
+
 def process_cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds of a running process, all its threads (``/proc``)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -152,77 +158,114 @@ SCENARIOS = (
 PEAK, MANY, HALF, HALF_TUNED, INTERLEAVED = (scenario.name for scenario in SCENARIOS)
 
 
-def run_bookie_bench(
-    workdir: Path | None, adds: int, size: int, progress: Any = None
+def _one_repetition(
+    root: Path, adds: int, size: int, progress: Any, repetition: int, repeats: int
 ) -> dict[str, Any]:
+    root.mkdir()
+    try:
+        return _scenarios(root, adds, size, progress, repetition, repeats)
+    finally:
+        shutil.rmtree(root)  # a repetition's bookies hold about a GB: gone before the next
+
+
+def _scenarios(
+    root: Path, adds: int, size: int, progress: Any, repetition: int, repeats: int
+) -> dict[str, Any]:
+    raw = raw_fdatasync_rate(root / "fdatasync.bin")
+    results: dict[str, Any] = {
+        "raw_fdatasync_per_second": round(raw.per_second, 1),
+        "runs": {},
+    }
+    peak: float | None = None
+    for index, scenario in enumerate(SCENARIOS):
+        if progress is not None:
+            label = scenario.name if repeats == 1 else f"{scenario.name} ({repetition + 1})"
+            progress(repetition * len(SCENARIOS) + index, repeats * len(SCENARIOS), label)
+        rate = peak / 2 if scenario.half_rate and peak else None
+        settings = [f"{key}={value}" for key, value in scenario.settings.items()]
+        with bookie_process(root / f"run{index}", "journalSyncData=true", *settings) as bookie:
+            result = run_load(bookie, ledgers=scenario.ledgers, adds=adds, size=size, rate=rate)
+            # A clean stop ends with a checkpoint that fsyncs every log rotated since the
+            # last one: under churn tens of thousands, so it is timed, not bounded tightly.
+            stopping = time.perf_counter()
+            bookie.stop(timeout=STOP_TIMEOUT)
+            result["stop_seconds"] = round(time.perf_counter() - stopping, 2)
+        result["ledgers"] = scenario.ledgers
+        if rate is not None:
+            result["target_rate"] = round(rate, 1)
+        results["runs"][scenario.name] = result
+        if index == 0:
+            peak = float(result["adds_per_second"])
+        if scenario.name == MANY:
+            # One file per add, at most: what the file system allows for such churn.
+            # As many files as the run made adds, so the directory grows as large.
+            churn = raw_file_churn_rate(
+                root / "file-churn",
+                count=adds,
+                record_size=4 + METADATA_LENGTH + DigestType.CRC32C.digest_length + size,
+                open_files=ACTIVE_LOGS_UNDER_CHURN,
+            )
+            results["raw_file_churn_per_second"] = round(churn.per_second, 1)
+            shutil.rmtree(root / "file-churn")
+        if scenario.name == HALF:
+            # The disk alone at the journal's pace of this run, right after it: if an add
+            # would wait over 5 ms for it 1% of the time, no bookie gets a p99 under 5 ms.
+            results["raw_fdatasync_latency"] = dataclasses.asdict(
+                raw_fdatasync_latency(
+                    root / "fdatasync-paced.bin",
+                    seconds=float(result["seconds"]),
+                    syncs_per_second=float(result["fsyncs_per_second"]),
+                    bytes_per_sync=int(float(result["entries_per_fsync"]) * size),
+                )
+            )
+    return results
+
+
+def run_bookie_bench(
+    workdir: Path | None, adds: int, size: int, progress: Any = None, repeats: int = 1
+) -> dict[str, Any]:
+    """Every scenario and baseline ``repeats`` times; each figure is the median over the
+    repetitions (the median decides the targets), each repetition's figures under
+    ``"repeats"``. A half-peak run is paced at half its own repetition's peak."""
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-bookie-") as tmp:
-        root = Path(tmp)
-        raw = raw_fdatasync_rate(root / "fdatasync.bin")
-        results: dict[str, Any] = {
-            "raw_fdatasync_per_second": round(raw.per_second, 1),
-            "entry_size": size,
-            "adds_per_run": adds,
-            "runs": {},
-        }
-        peak: float | None = None
-        for index, scenario in enumerate(SCENARIOS):
-            if progress is not None:
-                progress(index, len(SCENARIOS), scenario.name)
-            rate = peak / 2 if scenario.half_rate and peak else None
-            settings = [f"{key}={value}" for key, value in scenario.settings.items()]
-            with bookie_process(root / f"run{index}", "journalSyncData=true", *settings) as bookie:
-                result = run_load(bookie, ledgers=scenario.ledgers, adds=adds, size=size, rate=rate)
-                # A clean stop ends with a checkpoint that fsyncs every log rotated since the
-                # last one: under churn tens of thousands, so it is timed, not bounded tightly.
-                stopping = time.perf_counter()
-                bookie.stop(timeout=STOP_TIMEOUT)
-                result["stop_seconds"] = round(time.perf_counter() - stopping, 2)
-            result["ledgers"] = scenario.ledgers
-            if rate is not None:
-                result["target_rate"] = round(rate, 1)
-            results["runs"][scenario.name] = result
-            if index == 0:
-                peak = float(result["adds_per_second"])
-            if scenario.name == MANY:
-                # One file per add, at most: what the file system allows for such churn.
-                # As many files as the run made adds, so the directory grows as large.
-                churn = raw_file_churn_rate(
-                    root / "file-churn",
-                    count=adds,
-                    record_size=4 + METADATA_LENGTH + DigestType.CRC32C.digest_length + size,
-                    open_files=ACTIVE_LOGS_UNDER_CHURN,
-                )
-                results["raw_file_churn_per_second"] = round(churn.per_second, 1)
-                shutil.rmtree(root / "file-churn")
-            if scenario.name == HALF:
-                # The disk alone at the journal's pace of this run, right after it: if an add
-                # would wait over 5 ms for it 1% of the time, no bookie gets a p99 under 5 ms.
-                results["raw_fdatasync_latency"] = dataclasses.asdict(
-                    raw_fdatasync_latency(
-                        root / "fdatasync-paced.bin",
-                        seconds=float(result["seconds"]),
-                        syncs_per_second=float(result["fsyncs_per_second"]),
-                        bytes_per_sync=int(float(result["entries_per_fsync"]) * size),
-                    )
-                )
-        runs = results["runs"]
-        peak_rate = runs[PEAK]["adds_per_second"]
-        many = runs[MANY]["adds_per_second"]
-        results["targets"] = {
-            "adds_per_second_10_ledgers >= 50000": peak_rate >= 50_000,
-            "10000_ledgers >= 70% of 10 ledgers": many >= 0.7 * peak_rate,
-            "p99 <= 5 ms at half peak": runs[HALF]["p99_ms"] <= 5.0,
-            "p99 <= 5 ms at half peak, journalFlushWhenQueueEmpty": runs[HALF_TUNED]["p99_ms"]
-            <= 5.0,
-        }
-        results["ratios"] = {
-            "10000_ledgers / 10_ledgers": round(many / peak_rate, 3) if peak_rate else None,
-            "10000_ledgers / raw file churn": round(many / results["raw_file_churn_per_second"], 3),
-            "interleaved / per_ledger": round(runs[INTERLEAVED]["adds_per_second"] / peak_rate, 3)
-            if peak_rate
-            else None,
-        }
-        return results
+        done = [
+            _one_repetition(Path(tmp) / f"rep{n}", adds, size, progress, n, repeats)
+            for n in range(repeats)
+        ]
+    results: dict[str, Any] = {
+        "entry_size": size,
+        "adds_per_run": adds,
+        "repeats": len(done),
+        "raw_fdatasync_per_second": _median(r["raw_fdatasync_per_second"] for r in done),
+        "raw_file_churn_per_second": _median(r["raw_file_churn_per_second"] for r in done),
+        "raw_fdatasync_latency": {
+            key: _median(r["raw_fdatasync_latency"][key] for r in done)
+            for key in done[0]["raw_fdatasync_latency"]
+        },
+        "runs": {},
+    }
+    for scenario in SCENARIOS:
+        each = [r["runs"][scenario.name] for r in done]
+        merged = {key: _median(run[key] for run in each) for key in each[0]}
+        merged["repeats"] = each
+        results["runs"][scenario.name] = merged
+    runs = results["runs"]
+    peak_rate = runs[PEAK]["adds_per_second"]
+    many = runs[MANY]["adds_per_second"]
+    results["targets"] = {
+        "adds_per_second_10_ledgers >= 50000": peak_rate >= 50_000,
+        "10000_ledgers >= 70% of 10 ledgers": many >= 0.7 * peak_rate,
+        "p99 <= 5 ms at half peak": runs[HALF]["p99_ms"] <= 5.0,
+        "p99 <= 5 ms at half peak, journalFlushWhenQueueEmpty": runs[HALF_TUNED]["p99_ms"] <= 5.0,
+    }
+    results["ratios"] = {
+        "10000_ledgers / 10_ledgers": round(many / peak_rate, 3) if peak_rate else None,
+        "10000_ledgers / raw file churn": round(many / results["raw_file_churn_per_second"], 3),
+        "interleaved / per_ledger": round(runs[INTERLEAVED]["adds_per_second"] / peak_rate, 3)
+        if peak_rate
+        else None,
+    }
+    return results
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -237,6 +280,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--adds", type=int, default=200_000, help="adds per run (default 200000)")
     parser.add_argument("--size", type=int, default=1024, help="entry payload bytes (default 1024)")
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help="repetitions of the whole set; figures are their medians (default 1)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.set_defaults(func=_main)
 
@@ -244,15 +293,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _main(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json, width=max(120, Console().width))
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("bookie benchmark", total=len(SCENARIOS))
+        task = progress.add_task("bookie benchmark", total=len(SCENARIOS) * args.repeats)
 
         def step(index: int, total: int, name: str) -> None:
             progress.update(task, completed=index, description=name)
 
-        results = run_bookie_bench(args.dir or Path.cwd(), args.adds, args.size, step)
-        progress.update(task, completed=len(SCENARIOS))
+        results = run_bookie_bench(
+            args.dir or Path.cwd(), args.adds, args.size, step, repeats=args.repeats
+        )
+        progress.update(task, completed=len(SCENARIOS) * args.repeats)
+    medians = "" if args.repeats == 1 else f", medians of {args.repeats} runs"
     table = Table(
-        title=f"bookie: {args.adds:,} adds of {args.size} B per run, journalSyncData=true"
+        title=f"bookie: {args.adds:,} adds of {args.size} B per run, journalSyncData=true" + medians
     )
     for column in (
         "run",

@@ -50,6 +50,7 @@ from bookiesim.sim.benchmarks.report import (
     describe_machine,
     machine_info,
     new_figures,
+    positive_int,
     publish,
     step_progress,
 )
@@ -214,7 +215,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--size-mb", type=int, default=2048, help="MiB of logs (default 2048)")
     parser.add_argument("--log-mb", type=int, default=128, help="MiB per log (default 128)")
-    parser.add_argument("--repeats", type=int, default=1, help="repetitions (default 1)")
+    parser.add_argument("--repeats", type=positive_int, default=1, help="repetitions (default 1)")
     parser.add_argument(
         "--entry-size", type=int, default=ENTRY_SIZE, help="entry payload bytes (default 1024)"
     )

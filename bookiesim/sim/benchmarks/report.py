@@ -40,6 +40,7 @@ __all__ = [
     "describe_machine",
     "filesystem_type",
     "machine_info",
+    "positive_int",
     "publish",
     "step_progress",
 ]
@@ -290,3 +291,14 @@ def publish(report: Report, started: datetime.datetime, *, as_json: bool) -> int
         sys.stdout.write(json.dumps(report.to_json()) + "\n")
         sys.stdout.flush()
     return 0
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (sizes, repetitions)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value

@@ -62,6 +62,7 @@ from bookiesim.sim.benchmarks.report import (
     describe_machine,
     machine_info,
     new_figures,
+    positive_int,
     publish,
     step_progress,
 )
@@ -104,14 +105,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--size-mb",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_SIZE_MB,
         metavar="N",
         help=f"size of each written file in MiB (default {DEFAULT_SIZE_MB})",
     )
     parser.add_argument(
         "--repeats",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_REPEATS,
         metavar="K",
         help=f"repetitions of every measurement (default {DEFAULT_REPEATS})",
@@ -122,16 +123,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print the report as one JSON object on stdout (the tables go to stderr)",
     )
     parser.set_defaults(func=_main)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
-    return value
 
 
 # ---------------------------------------------------------------------------- measurements
