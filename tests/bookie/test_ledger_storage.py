@@ -140,6 +140,8 @@ class StorageCrashMachine(RuleBasedStateMachine):
         self.durable: set[tuple[int, int]] = set()
         self.in_flight: tuple[StorageCheckpoint, set[tuple[int, int]]] | None = None
         self.logs_synced = False
+        self.index_steps: Generator[int, None, list[Path]] | None = None
+        self.index_written = False
         self.failed = False
 
     @initialize(
@@ -195,25 +197,46 @@ class StorageCrashMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.in_flight is not None and not self.logs_synced)
     @rule(disk_fails=st.booleans())
-    def sync_logs_and_write_index(self, disk_fails: bool) -> None:
+    def sync_logs(self, disk_fails: bool) -> None:
         assert self.in_flight is not None
         checkpoint, _ = self.in_flight
         if not self._synced(checkpoint.sync_logs, disk_fails):  # a worker thread's part
             return
-        self.storage.write_index(checkpoint)
         self.logs_synced = True
+        # The index is then written in steps, adds and reads going on between them, as
+        # the bookie's checkpoint does (small steps here, so that they interleave).
+        self.index_steps = self.storage.index.write_detached_steps(checkpoint.index_files, step=2)
 
-    @precondition(lambda self: self.in_flight is not None and self.logs_synced)
+    @precondition(lambda self: self.index_steps is not None)
+    @rule()
+    def write_index_step(self) -> None:
+        assert self.index_steps is not None
+        assert self.in_flight is not None
+        try:
+            next(self.index_steps)
+        except StopIteration as done:
+            self.in_flight[0].index_paths = done.value
+            self.index_steps = None
+            self.index_written = True
+
+    @precondition(lambda self: self.index_written)
     @rule(disk_fails=st.booleans())
     def finish_checkpoint(self, disk_fails: bool) -> None:
         assert self.in_flight is not None
         checkpoint, covered = self.in_flight
         if not self._synced(checkpoint.sync_index, disk_fails):  # the worker again
             return
-        self.in_flight = None
-        self.logs_synced = False
+        self._no_checkpoint()
         self.storage.complete_checkpoint(checkpoint)
         self.durable |= covered
+
+    def _no_checkpoint(self) -> None:
+        if self.index_steps is not None:
+            self.index_steps.close()  # as a cancelled checkpoint does
+        self.index_steps = None
+        self.index_written = False
+        self.in_flight = None
+        self.logs_synced = False
 
     def _synced(self, sync: Callable[[], None], disk_fails: bool) -> bool:
         """Run a checkpoint's sync step; False if the disk failed it (when it had work)."""
@@ -223,8 +246,7 @@ class StorageCrashMachine(RuleBasedStateMachine):
         except StorageFailedError:
             assert disk_fails
             self.failed = True
-            self.in_flight = None
-            self.logs_synced = False
+            self._no_checkpoint()
             return False
         finally:
             self.faults.sync_error = False
@@ -263,9 +285,8 @@ class StorageCrashMachine(RuleBasedStateMachine):
             # rewrites the rest (tests/bookie/test_durability.py).
             power_loss = True
             self.failed = False
+        self._no_checkpoint()
         crash(self.storage)
-        self.in_flight = None
-        self.logs_synced = False
         if power_loss:
             self.disk.crash(self.root)
         self._open()
