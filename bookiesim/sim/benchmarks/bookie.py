@@ -18,7 +18,10 @@ Runs, in one invocation on the same disk:
 * interleaved mode (``entryLogPerLedgerEnabled=false``) with 10 ledgers, beside it.
 
 Each bookie runs with ``journalSyncData=true``; fsyncs/s and entries per fsync come from the
-bookie's own ``/metrics`` (journal histograms), scraped before and after each run.
+bookie's own ``/metrics`` (journal histograms), scraped before and after each run, and its
+CPU per add (all threads) and share of one core from ``/proc``, beside the load client's CPU
+per add. With ``--repeats N`` the whole set runs N times; every figure is then the median of
+its N values (the median decides the targets), and the JSON keeps each repetition.
 """
 
 from __future__ import annotations
