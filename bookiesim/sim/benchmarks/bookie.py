@@ -8,9 +8,12 @@ Runs, in one invocation on the same disk:
   it, the file system alone doing the least file work such churn asks for (a log created,
   written and closed per add, one ``syncfs``): the ceiling for any bookie that starts a log
   per add;
-* per-ledger mode at half the peak rate, for latency under load: once with upstream's
-  journal defaults (a group waits ``journalMaxGroupWaitMSec``, 2 ms, for company) and once
-  with ``journalFlushWhenQueueEmpty=true`` (a group commits as soon as no add is queued);
+* per-ledger mode at half the peak rate, for latency under load, for at least
+  ``--latency-seconds`` (25 s: two of upstream's 10 s checkpoints, which a bookie serving for
+  real goes through; 200,000 adds at that rate would be over before the first): once with
+  upstream's journal defaults (a group waits ``journalMaxGroupWaitMSec``, 2 ms, for company)
+  and once with ``journalFlushWhenQueueEmpty=true`` (a group commits as soon as no add is
+  queued);
 * right after the first of those, the disk alone at that run's pace of fdatasyncs and bytes
   per fdatasync: its latencies, the share of the time it stalled (fdatasyncs over 5 ms), and
   the share of the time an add arriving would wait over 5 ms for the disk alone: the floor
@@ -161,19 +164,33 @@ SCENARIOS = (
 PEAK, MANY, HALF, HALF_TUNED, INTERLEAVED = (scenario.name for scenario in SCENARIOS)
 
 
-def _one_repetition(
-    root: Path, adds: int, size: int, progress: Any, repetition: int, repeats: int
-) -> dict[str, Any]:
+LATENCY_SECONDS = 25.0
+"""The shortest a half-peak run lasts: two checkpoints at upstream's ``flushInterval`` (10 s),
+which a bookie serving for real goes through; a run of 200,000 adds at half the peak is over
+in about 7 s, before the first."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchPlan:
+    adds: int
+    """Adds per run (a half-peak run makes more if it needs them to last)."""
+    size: int
+    """Entry payload bytes."""
+    latency_seconds: float = LATENCY_SECONDS
+    """The shortest a half-peak run lasts."""
+    repeats: int = 1
+
+
+def _one_repetition(root: Path, plan: BenchPlan, progress: Any, repetition: int) -> dict[str, Any]:
     root.mkdir()
     try:
-        return _scenarios(root, adds, size, progress, repetition, repeats)
+        return _scenarios(root, plan, progress, repetition)
     finally:
         shutil.rmtree(root)  # a repetition's bookies hold about a GB: gone before the next
 
 
-def _scenarios(
-    root: Path, adds: int, size: int, progress: Any, repetition: int, repeats: int
-) -> dict[str, Any]:
+def _scenarios(root: Path, plan: BenchPlan, progress: Any, repetition: int) -> dict[str, Any]:
+    size, repeats = plan.size, plan.repeats
     raw = raw_fdatasync_rate(root / "fdatasync.bin")
     results: dict[str, Any] = {
         "raw_fdatasync_per_second": round(raw.per_second, 1),
@@ -185,6 +202,7 @@ def _scenarios(
             label = scenario.name if repeats == 1 else f"{scenario.name} ({repetition + 1})"
             progress(repetition * len(SCENARIOS) + index, repeats * len(SCENARIOS), label)
         rate = peak / 2 if scenario.half_rate and peak else None
+        adds = plan.adds if rate is None else max(plan.adds, int(rate * plan.latency_seconds))
         settings = [f"{key}={value}" for key, value in scenario.settings.items()]
         with bookie_process(root / f"run{index}", "journalSyncData=true", *settings) as bookie:
             result = run_load(bookie, ledgers=scenario.ledgers, adds=adds, size=size, rate=rate)
@@ -224,20 +242,19 @@ def _scenarios(
     return results
 
 
-def run_bookie_bench(
-    workdir: Path | None, adds: int, size: int, progress: Any = None, repeats: int = 1
-) -> dict[str, Any]:
-    """Every scenario and baseline ``repeats`` times; each figure is the median over the
-    repetitions (the median decides the targets), each repetition's figures under
-    ``"repeats"``. A half-peak run is paced at half its own repetition's peak."""
+def run_bookie_bench(workdir: Path | None, plan: BenchPlan, progress: Any = None) -> dict[str, Any]:
+    """Every scenario and baseline ``plan.repeats`` times; each figure is the median over
+    the repetitions (the median decides the targets), each repetition's figures under
+    ``"repeats"``. A half-peak run is paced at half its own repetition's peak and lasts at
+    least ``plan.latency_seconds``."""
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-bookie-") as tmp:
         done = [
-            _one_repetition(Path(tmp) / f"rep{n}", adds, size, progress, n, repeats)
-            for n in range(repeats)
+            _one_repetition(Path(tmp) / f"rep{n}", plan, progress, n) for n in range(plan.repeats)
         ]
     results: dict[str, Any] = {
-        "entry_size": size,
-        "adds_per_run": adds,
+        "entry_size": plan.size,
+        "adds_per_run": plan.adds,
+        "latency_run_seconds": plan.latency_seconds,
         "repeats": len(done),
         "raw_fdatasync_per_second": _median(r["raw_fdatasync_per_second"] for r in done),
         "raw_file_churn_per_second": _median(r["raw_file_churn_per_second"] for r in done),
@@ -289,6 +306,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1,
         help="repetitions of the whole set; figures are their medians (default 1)",
     )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=LATENCY_SECONDS,
+        help="the shortest a half-peak run lasts, so that it includes checkpoints "
+        f"(default {LATENCY_SECONDS:.0f}; upstream's flushInterval is 10 s)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.set_defaults(func=_main)
 
@@ -301,13 +325,13 @@ def _main(args: argparse.Namespace) -> int:
         def step(index: int, total: int, name: str) -> None:
             progress.update(task, completed=index, description=name)
 
-        results = run_bookie_bench(
-            args.dir or Path.cwd(), args.adds, args.size, step, repeats=args.repeats
-        )
+        plan = BenchPlan(args.adds, args.size, args.latency_seconds, args.repeats)
+        results = run_bookie_bench(args.dir or Path.cwd(), plan, step)
         progress.update(task, completed=len(SCENARIOS) * args.repeats)
     medians = "" if args.repeats == 1 else f", medians of {args.repeats} runs"
     table = Table(
-        title=f"bookie: {args.adds:,} adds of {args.size} B per run, journalSyncData=true" + medians
+        title=f"bookie: {args.adds:,} adds of {args.size} B per run (half-peak runs at least "
+        f"{args.latency_seconds:.0f} s), journalSyncData=true" + medians
     )
     for column in (
         "run",
