@@ -15,19 +15,18 @@ Steps (reference §7, invariants §2 "Recoverer", A4-A9):
    last ensemble are settled, and starting lower would make recovery propose an ensemble
    below an existing segment. ``unsafe_recovery_below_last_ensemble`` drops the floor (and
    reads each entry from its own segment, as upstream did then) to re-create the bug.
-3. **Read forward** from LAC + 1, each entry from its write set in the last ensemble as it was
-   at the start (A7). One good copy means the entry may have been acknowledged: it is
-   re-added with RECOVERY_ADD (which a fenced bookie accepts) to its write set, carrying
-   the LAC this recovery started from (the re-adds' own acknowledgements count only if the
-   close succeeds; a higher LAC left on the bookies by an aborted recovery would make the
-   next one skip entries). Qw - Qa + 1
-   explicit "no such entry" answers mean it cannot have been acknowledged: the ledger ends
-   before it. Anything else (errors, timeouts) is *unknown*: recovery aborts and the ledger
-   stays IN_RECOVERY for a later attempt (A6). These reads **fence too** — the fix for
-   upstream #2614 (invariants §5.1): a bookie that was not fenced in step 2 could otherwise
-   answer "no such entry" and accept the writer's add a moment later, so the writer would
-   acknowledge an entry past the end recovery settles on. ``unsafe_recovery_reads_without_fence``
-   turns the fix off to re-create the bug.
+3. **Read forward** from LAC + 1, each entry from its write set in the last ensemble as it
+   was at the start (A7). One good copy means the entry may have been acknowledged: it is
+   re-added with RECOVERY_ADD (which a fenced bookie accepts) to its write set, carrying the
+   LAC this recovery started from (the re-adds' own acknowledgements count only if the close
+   succeeds; a higher LAC left on the bookies by an aborted recovery would make the next one
+   skip entries). Qw - Qa + 1 explicit "no such entry" answers mean it cannot have been
+   acknowledged: the ledger ends before it. Anything else (errors, timeouts) is *unknown*:
+   recovery aborts and the ledger stays IN_RECOVERY for a later attempt (A6). These reads
+   **fence too** — the fix for upstream #2614 (invariants §5.1): a bookie that was not
+   fenced in step 2 could otherwise answer "no such entry" and accept the writer's add a
+   moment later, so the writer would acknowledge an entry past the end recovery settles on.
+   ``unsafe_recovery_reads_without_fence`` turns the fix off to re-create the bug.
 4. **Close**: when every re-add is acknowledged, CLOSED with last entry and length — and the
    ensemble changes the re-adds needed — in one compare-and-set that requires IN_RECOVERY
    (A9). If another recoverer closed first, its result stands.

@@ -53,8 +53,9 @@ def spark_session(
 
 
 def entrylog_tasks(spark: SparkSession) -> int:
-    """The ``entrylog`` source's ``partitions`` for this session: two per core Spark has
-    (``defaultParallelism``: ``N`` for ``local[N]``, the executors' cores on a cluster).
+    """The ``entrylog`` source's ``partitions`` for this session: ``TASKS_PER_CORE`` per core
+    Spark has (``defaultParallelism``: ``N`` for ``local[N]``, the executors' cores on a
+    cluster).
     The source alone only knows the cores of the machine planning the read."""
     from bookiesim.pipeline.inputs import TASKS_PER_CORE
 
