@@ -33,7 +33,12 @@ from bookiesim.bookie.server import BookieServer
 from bookiesim.metadata.errors import MetadataError, NodeExistsError
 from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.metadata.memory_store import MemoryStore
-from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, available_path
+from bookiesim.metadata.registration import (
+    FEATURE_WRITE_CLOSE,
+    BookieInfo,
+    available_path,
+    readonly_path,
+)
 from bookiesim.simulation.disk import SimDisk
 from bookiesim.simulation.history import History
 from bookiesim.simulation.network import SimConnection, SimNetwork
@@ -165,6 +170,7 @@ class SimBookie:
                     )
                     self.bookie = bookie
                     self.cluster.net.acceptors[self.bookie_id] = self._accept
+                    nursery.start_soon(self._follow_read_only, bookie)
                     started = True
                     task_status.started()
         except Exception as exc:
@@ -187,19 +193,49 @@ class SimBookie:
         disk_latency.set(self.faults.current_latency)
         await self._server.handle_connection(conn.bookie_end)
 
-    async def _register(self) -> None:
-        info = BookieInfo(
+    def _info(self) -> BookieInfo:
+        return BookieInfo(
             self.bookie_id,
             host=self.bookie_id.split(":")[0],
             port=3181,
             http_port=None,
             features=frozenset({FEATURE_WRITE_CLOSE}),
         )
-        path = f"{available_path()}/{self.bookie_id}"
+
+    async def _register(self) -> None:
+        """Register as writable, as a (re)started bookie process does; a read-only node left
+        by the previous incarnation goes."""
         store = self.cluster.store
         # NodeExistsError: the previous incarnation's registration has not expired yet.
         with contextlib.suppress(NodeExistsError):
-            await store.create(path, info.to_json(), ephemeral=True, make_parents=True)
+            await store.create(
+                self._writable_node, self._info().to_json(), ephemeral=True, make_parents=True
+            )
+        with contextlib.suppress(MetadataError):
+            await store.delete(self._read_only_node)
+
+    async def _follow_read_only(self, bookie: Bookie) -> None:
+        """Once the bookie's journal or storage fails, move its registration under
+        ``available/readonly``, read-only node first, as the bookie process does
+        (:meth:`~bookiesim.metadata.registration.BookieRegistration.set_read_only`): clients
+        then stop choosing it for ensembles, instead of replacing it and choosing it again."""
+        await bookie.read_only.wait()
+        store = self.cluster.store
+        with contextlib.suppress(NodeExistsError):
+            await store.create(
+                self._read_only_node, self._info().to_json(), ephemeral=True, make_parents=True
+            )
+        with contextlib.suppress(MetadataError):
+            await store.delete(self._writable_node)
+        self.cluster.history.trace(f"{self.name} registered read-only ({bookie.failure})")
+
+    @property
+    def _writable_node(self) -> str:
+        return f"{available_path()}/{self.bookie_id}"
+
+    @property
+    def _read_only_node(self) -> str:
+        return f"{readonly_path()}/{self.bookie_id}"
 
     async def crash(self, stale: float) -> None:
         """kill -9 and a lost page cache (module docstring); the registration goes after
@@ -225,8 +261,9 @@ class SimBookie:
         await trio.sleep(stale)
         if self.incarnation != incarnation or self.up:
             return
-        with contextlib.suppress(MetadataError):
-            await self.cluster.store.delete(f"{available_path()}/{self.bookie_id}")
+        for node in (self._writable_node, self._read_only_node):
+            with contextlib.suppress(MetadataError):
+                await self.cluster.store.delete(node)
 
 
 class SimCluster:
