@@ -16,10 +16,11 @@ status but EOK/EFENCED/EUA), the handle replaces it — an *ensemble change*: it
 registered bookie outside the ensemble, writes a new segment starting at LAC + 1 into the
 metadata by compare-and-set, forgets the acks the replaced bookie gave for entries past the
 LAC, and resends the unacknowledged entries to the replacement. Adds made during the change
-wait and are sent after it. If the CAS finds the ledger IN_RECOVERY or CLOSED, someone else
-took the ledger over: every pending add fails with :class:`LedgerFencedError` /
-:class:`LedgerClosedError`, as it does when a bookie answers EFENCED. A segment is never
-proposed below an existing one (invariants S5, upstream #2615).
+wait and are sent after it, and no add completes until it is over: the LAC the new segment
+starts from must not move while the change is made. If the CAS finds the ledger IN_RECOVERY
+or CLOSED, someone else took the ledger over: every pending add fails with
+:class:`LedgerFencedError` / :class:`LedgerClosedError`, as it does when a bookie answers
+EFENCED. A segment is never proposed below an existing one (invariants S5, upstream #2615).
 
 A *recovery* handle (used by :mod:`.recovery`) is the same machine with four differences:
 adds carry the RECOVERY_ADD flag (a fenced bookie accepts them), entries keep the length
@@ -523,6 +524,13 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             )
 
     def _complete_in_order(self) -> None:
+        if self._changing:
+            # No add completes while an ensemble change is under way (upstream's
+            # blockAddCompletions): the change's new segment starts at the LAC it read, and
+            # an entry acknowledged meanwhile with an ack of the bookie being replaced would
+            # end up on fewer than Qa bookies of the write set the new segment records (S3).
+            # The change re-counts the acks and completes what still has its quorum.
+            return
         pending = self._pending
         while pending and pending[0].quorum:
             op = pending.popleft()
@@ -575,6 +583,8 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             self._fail(BKError(f"ensemble change failed: {exc}", ledger_id=self.ledger_id))
         finally:
             self._changing = False
+            if self._error is None:
+                self._complete_in_order()
             if self._drained is not None:
                 self._drained.set()
 

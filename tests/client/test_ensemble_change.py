@@ -7,6 +7,8 @@ entries resent — is exactly where invariants S2, S3, S5 and A11 can break.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -18,8 +20,9 @@ from bookiesim.client import (
     LedgerHandle,
     NotEnoughBookiesError,
 )
-from bookiesim.client.testing import LocalCluster, running_cluster
+from bookiesim.client.testing import FaultyConnector, LocalCluster, running_cluster
 from bookiesim.metadata.ledgers import LedgerMetadata
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload, wait_until
 
@@ -208,3 +211,51 @@ async def test_a_bookie_that_failed_earlier_can_replace_another_once_back(
     await lh.close()
     await cluster.start_bookie(lh.metadata.ensembles[5][1])
     await check_closed_ledger(bk, lh, list(range(15)))
+
+
+async def test_no_add_completes_while_an_ensemble_change_is_under_way(
+    cluster: LocalCluster,
+) -> None:
+    """Found by the fault campaign (seed 15, once changes could wait): entry 0 has B's ack,
+    B fails, the change to replace it reads LAC -1 and so starts its segment at entry 0;
+    A's ack of entry 0 arrives while the change is under way. Had entry 0 completed then,
+    the new segment would put it on A and B's replacement, which never got it (S3)."""
+    connector = FaultyConnector()
+    async with BookKeeper(cluster.store, bookie_connector=connector, config=TEST_CONFIG) as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        lid = lh.ledger_id
+        a, b, _ = lh.ensemble
+
+        def hold_a_entry_0(bookie: str, request: pb.Request) -> str | None:
+            is_add = request.HasField("addRequest")
+            return "hold" if bookie == a and is_add and request.addRequest.entryId == 0 else None
+
+        connector.add_rule(hold_a_entry_0)
+        first = lh.append_async(payload(lid, 0))
+        await wait_until(lambda: first.acked == {1})  # B's ack only; A's copy is held
+
+        gate, entered = trio.Event(), trio.Event()
+        update = bk.ledger_manager.update_with_retry
+
+        async def gated_update(*args: Any, **kwargs: Any) -> Any:
+            entered.set()
+            await gate.wait()
+            return await update(*args, **kwargs)
+
+        bk.ledger_manager.update_with_retry = gated_update  # type: ignore[method-assign]
+        await cluster.stop_bookie(b)
+        second = lh.append_async(payload(lid, 1))  # entry 1 goes to B and C: B fails
+        await entered.wait()  # the change is writing its segment, from entry 0
+        connector.clear_rules()
+        assert await connector.release() == 1
+        await wait_until(lambda: first.acked == {0, 1})
+        await trio.sleep(0.05)
+        assert not first.done, "entry 0 completed with the ack of a bookie being replaced"
+
+        gate.set()
+        assert [await first.result(), await second.result()] == [0, 1]
+        assert b not in lh.ensemble
+        await lh.close()
+        assert sorted(lh.metadata.ensembles) == [0]
+        await check_closed_ledger(bk, lh, [0, 1])
+
