@@ -4,7 +4,8 @@ The public surface is re-exported here; the modules behind it are small and each
 exists: :mod:`.distribution` (striping and quorum coverage, sans-IO), :mod:`.wire`
 (hand-encoded hot-path requests, sans-IO), :mod:`.bookie_connection` and :mod:`.bookie_pool`
 (one pipelined connection per bookie), :mod:`.ledger_handle` (reads, pipelined writes,
-ensemble changes, close), :mod:`.recovery` (fencing and tail recovery), :mod:`.bookkeeper`
+ensemble changes, close), :mod:`.failed_bookies` (when a change may reuse a bookie that
+failed, sans-IO), :mod:`.recovery` (fencing and tail recovery), :mod:`.bookkeeper`
 (the client object), :mod:`.errors`, :mod:`.digest`, and :mod:`.testing` (a local cluster,
 fault injection and a trio driver for tests).
 """

@@ -83,6 +83,12 @@ class ClientConfig:
     explicit_lac_interval: float | None = None
     """If set, a writer idle this long with an unsent LAC sends it by WriteLac
     [explicitLacInterval]."""
+    bookie_retry_backoff: float = 0.1
+    """Seconds before an ensemble change may reuse a bookie that failed this ledger handle,
+    when no bookie that did not is left; doubled with each failure in a row, back to this at
+    the bookie's first acknowledged add (:mod:`.failed_bookies`). No upstream counterpart."""
+    bookie_retry_backoff_max: float = 5.0
+    """The longest such wait, in seconds."""
     write_close_grace: float = 1.0
     """On leaving the client, how long WriteCloses still in flight may take."""
     unsafe_recovery_reads_without_fence: bool = False

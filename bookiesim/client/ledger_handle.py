@@ -21,6 +21,8 @@ starts from must not move while the change is made. If the CAS finds the ledger 
 or CLOSED, someone else took the ledger over: every pending add fails with
 :class:`LedgerFencedError` / :class:`LedgerClosedError`, as it does when a bookie answers
 EFENCED. A segment is never proposed below an existing one (invariants S5, upstream #2615).
+When every spare bookie has failed the handle too, the change reuses them, each after a
+backoff (:mod:`.failed_bookies`).
 
 A *recovery* handle (used by :mod:`.recovery`) is the same machine with four differences:
 adds carry the RECOVERY_ADD flag (a fenced bookie accepts them), entries keep the length
@@ -55,6 +57,7 @@ from bookiesim.client.errors import (
     NotEnoughBookiesError,
     UnauthorizedError,
 )
+from bookiesim.client.failed_bookies import FailedBookies
 from bookiesim.client.wire import WireRequest, add_request, from_message, read_request
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
@@ -384,7 +387,10 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         self._ensemble: tuple[str, ...] = ensemble
         self._pending: deque[AddFuture] = deque()
         self._failed: dict[int, str] = {}
-        self._bad_bookies: set[str] = set()
+        config = bk.config
+        self._bad_bookies = FailedBookies(
+            config.bookie_retry_backoff, config.bookie_retry_backoff_max
+        )
         self._changing = False
         self._error: BKError | None = None
         self._closing = False
@@ -392,7 +398,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         self._drained: trio.Event | None = None
         self._lac_sent = last_add_confirmed
         self._lac_task: trio.CancelScope | None = None
-        interval = bk.config.explicit_lac_interval
+        interval = config.explicit_lac_interval
         if interval is not None and not recovery:
             self._lac_task = trio.CancelScope()
             bk.nursery.start_soon(self._explicit_lac_loop, interval, self._lac_task)
@@ -488,6 +494,8 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         if status == pb.EOK:
             if position in self._failed:
                 return  # being replaced: its acks no longer count (invariants A11)
+            if bookie in self._bad_bookies:
+                self._bad_bookies.acknowledged(bookie)
             op.acked.add(position)
             if not op.quorum and len(op.acked) >= self.dist.ack_quorum:
                 op.quorum = True
@@ -564,7 +572,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             "ledger %d: bookie %s (position %d) failed: %s", self.ledger_id, bookie, position, error
         )
         self._failed[position] = bookie
-        self._bad_bookies.add(bookie)
+        self._bad_bookies.failed(bookie, trio.current_time())
         if not self._changing:
             self._changing = True
             self._bk.nursery.start_soon(self._ensemble_change_loop)
@@ -589,25 +597,48 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                 self._drained.set()
 
     async def _replacement_ensemble(self, failed: dict[int, str]) -> tuple[str, ...]:
-        live = await self._bk.live_bookies()
-        exclude = set(self._ensemble) | self._bad_bookies
-        candidates = sorted(b for b in live if b not in exclude)
-        if len(candidates) < len(failed):
-            # Bookies that failed this handle earlier may be back (restarted); try them
-            # before giving up, rather than quarantining them for good.
+        """Replacements for the ``failed`` positions: live bookies outside the ensemble,
+        those that never failed this handle first. When they are too few, bookies that did
+        fail it are reused (they may be back, restarted), each once its backoff has passed
+        (:mod:`.failed_bookies`); the change waits for them rather than flip at once between
+        bookies that keep failing, a metadata write per flip."""
+        bad = self._bad_bookies
+        needed = len(failed)
+        while True:
+            live = await self._bk.live_bookies()
             current = set(self._ensemble)
-            candidates += sorted(b for b in live if b in self._bad_bookies and b not in current)
-        if len(candidates) < len(failed):
-            raise NotEnoughBookiesError(
-                f"cannot replace {sorted(failed.values())}: {len(candidates)} spare live "
-                f"bookies ({candidates}), {len(failed)} needed",
-                ledger_id=self.ledger_id,
-            )
-        chosen = self._bk.rng.sample(candidates, len(failed))
-        ensemble = list(self._ensemble)
-        for position, bookie in zip(sorted(failed), chosen, strict=True):
-            ensemble[position] = bookie
-        return tuple(ensemble)
+            spare = [b for b in live if b not in current]
+            candidates = sorted(b for b in spare if b not in bad)
+            retry = [b for b in spare if b in bad]
+            if len(candidates) + len(retry) < needed:
+                raise NotEnoughBookiesError(
+                    f"cannot replace {sorted(failed.values())}: {len(spare)} spare live "
+                    f"bookies ({sorted(spare)}), {needed} needed",
+                    ledger_id=self.ledger_id,
+                )
+            if len(candidates) < needed:
+                now = trio.current_time()
+                due = sorted(retry, key=lambda b: (bad.due_at(b), b))
+                wake = bad.due_at(due[needed - len(candidates) - 1])
+                if wake > now:
+                    log.info(
+                        "ledger %d: every spare bookie failed this handle; the next may be "
+                        "retried in %.3f s",
+                        self.ledger_id,
+                        wake - now,
+                    )
+                    await trio.sleep_until(wake)
+                    if self._error is not None:
+                        raise self._error
+                    continue  # the live bookies may have changed meanwhile
+                due_now = sorted(b for b in retry if bad.due_at(b) <= now)
+                chosen = candidates + self._bk.rng.sample(due_now, needed - len(candidates))
+            else:
+                chosen = self._bk.rng.sample(candidates, needed)
+            ensemble = list(self._ensemble)
+            for position, bookie in zip(sorted(failed), chosen, strict=True):
+                ensemble[position] = bookie
+            return tuple(ensemble)
 
     async def _commit_ensemble(self, first: int, ensemble: tuple[str, ...]) -> None:
         """Record the new segment: in the metadata by CAS (writer), or in memory only

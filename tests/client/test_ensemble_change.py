@@ -7,6 +7,7 @@ entries resent — is exactly where invariants S2, S3, S5 and A11 can break.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -259,3 +260,32 @@ async def test_no_add_completes_while_an_ensemble_change_is_under_way(
         assert sorted(lh.metadata.ensembles) == [0]
         await check_closed_ledger(bk, lh, [0, 1])
 
+
+async def test_a_writer_waits_between_retries_of_bookies_that_keep_failing(
+    cluster: LocalCluster,
+) -> None:
+    """The only spare and the bookie it replaces are dead but still registered (as after
+    crashes, before their sessions expire). The writer reuses them, each after a backoff
+    that doubles, instead of flipping between them at once with a metadata write per
+    flip; once one is back, the adds go through."""
+    config = replace(TEST_CONFIG, bookie_retry_backoff=0.05, bookie_retry_backoff_max=0.4)
+    async with BookKeeper(cluster.store, config=config) as bk:
+        lh = await bk.create_ledger(3, 2, 2)
+        lid = lh.ledger_id
+        await lh.add_entry(payload(lid, 0))
+        (spare,) = [x for x in cluster.running_ids() if x not in lh.ensemble]
+        victim = lh.ensemble[1]
+        await cluster.stop_bookie(spare, unregister=False)
+        await cluster.stop_bookie(victim, unregister=False)
+        futures = [lh.append_async(payload(lid, i)) for i in range(1, 20)]
+        await trio.sleep(1.5)
+        # Refused connections fail in a millisecond: without the backoff, thousands of
+        # changes. With it: two at once, then one per bookie each 0.05, 0.1, 0.2, 0.4 s.
+        assert 2 <= bk.stats.ensemble_changes <= 12, bk.stats.ensemble_changes
+        assert not any(f.done for f in futures)
+        await cluster.start_bookie(spare)
+        assert [await f.result() for f in futures] == list(range(1, 20))
+        assert spare in lh.ensemble
+        await lh.close()
+        await cluster.start_bookie(victim)
+        await check_closed_ledger(bk, lh, list(range(20)))

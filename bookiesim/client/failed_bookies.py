@@ -1,0 +1,77 @@
+"""Which bookies failed a ledger handle, and when the handle may try each of them again.
+
+A writer replaces a failed bookie by one outside its ensemble. When every spare bookie has
+failed it too, it reuses one of them (it may have been restarted) rather than give up; but
+a bookie that refuses the connection or answers EIO fails again at once, and without a pause
+the writer flips between such bookies, each flip a metadata write. The fault campaign saw
+tens of thousands in a minute of virtual time. So a bookie that failed is reused only after
+a backoff that doubles with each failure in a row and ends at the first add it acknowledges.
+
+No I/O and no clock of its own: callers pass the time (``trio.current_time()``), so the rule
+is tested alone and holds in virtual time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FailedBookies"]
+
+
+@dataclass
+class _Strikes:
+    in_a_row: int
+    last_failed_at: float
+
+
+class FailedBookies:
+    """Bookies that failed this handle: never chosen while others are available, and reused
+    only once :meth:`due_at` has come."""
+
+    def __init__(self, first_backoff: float, max_backoff: float) -> None:
+        if not 0 <= first_backoff <= max_backoff:
+            raise ValueError(
+                f"need 0 <= first backoff <= max backoff, got {first_backoff} and {max_backoff}"
+            )
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self._strikes: dict[str, _Strikes] = {}
+        self._recovered: set[str] = set()
+
+    def __contains__(self, bookie: object) -> bool:
+        return bookie in self._strikes
+
+    def __len__(self) -> int:
+        return len(self._strikes)
+
+    def failed(self, bookie: str, now: float) -> None:
+        """``bookie`` failed a request of this handle at ``now``."""
+        strikes = self._strikes.get(bookie)
+        if strikes is None or bookie in self._recovered:
+            self._recovered.discard(bookie)
+            self._strikes[bookie] = _Strikes(1, now)
+        else:
+            strikes.in_a_row += 1
+            strikes.last_failed_at = now
+
+    def acknowledged(self, bookie: str) -> None:
+        """``bookie`` stored an add: its next failure starts the backoff afresh. It stays a
+        bookie that failed, the last to be chosen."""
+        if bookie in self._strikes:
+            self._recovered.add(bookie)
+
+    def backoff(self, bookie: str) -> float:
+        """Seconds the handle waits after ``bookie``'s last failure before reusing it."""
+        strikes = self._strikes.get(bookie)
+        if strikes is None or bookie in self._recovered:
+            return 0.0
+        # Capped before the power, so that a bookie failing for hours cannot overflow it.
+        doublings = min(strikes.in_a_row - 1, 64)
+        return min(self.max_backoff, self.first_backoff * 2.0**doublings)
+
+    def due_at(self, bookie: str) -> float:
+        """When ``bookie`` may be chosen again (minus infinity if it never failed)."""
+        strikes = self._strikes.get(bookie)
+        if strikes is None:
+            return float("-inf")
+        return strikes.last_failed_at + self.backoff(bookie)
