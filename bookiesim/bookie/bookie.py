@@ -186,15 +186,27 @@ class Bookie:
                 await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Final checkpoint and close; safe to call once the loops have stopped."""
+        """Final checkpoint and close; safe to call once the loops have stopped.
+
+        A disk error here (a full disk, a failed fsync) is logged, not raised: it must not
+        keep the rest from closing, and loses nothing acknowledged, since lastMark moves only
+        past what a checkpoint made durable and the next start replays the journal from it.
+        """
         try:
             if self.journal.failed is None:
                 await self.journal.commit_pending()
                 if self.storage.failed is None:
                     await self.checkpoint()
+        except OSError as exc:
+            log.error("final checkpoint failed; the next start replays the journal: %s", exc)
         finally:
-            await self.journal.aclose()
-            self.storage.close()
+            try:
+                await self.journal.aclose()
+            finally:
+                try:
+                    self.storage.close()
+                except OSError as exc:
+                    log.error("closing the ledger storage failed: %s", exc)
 
     def replay_journal(self) -> None:
         """Restore entries, keys, fence bits and explicit LACs from the journal (§6.5), then

@@ -285,12 +285,16 @@ class JournalWriter:
         self._open_next()
         return mark
 
-    def close(self, *, sync: bool = True) -> None:
-        """Flush what is buffered, fsync unless ``sync=False``, and close. Idempotent."""
+    def close(self, *, sync: bool = True, flush: bool = True) -> None:
+        """Flush what is buffered (unless ``flush=False``: it is dropped), fsync unless
+        ``sync=False``, and close. Idempotent."""
         if self._fd < 0:
             return
         try:
-            self.flush()
+            if flush:
+                self.flush()
+            else:
+                self._buf.clear()
             if sync:
                 self.fsync()
         finally:

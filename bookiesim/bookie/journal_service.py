@@ -253,6 +253,11 @@ class JournalService:
             await self._commit()
 
     async def aclose(self) -> None:
-        """Commit what is pending, then close the writer (with a final sync)."""
+        """Commit what is pending, then close the writer (with a final sync).
+
+        A failed journal writes nothing more: what is still buffered then holds only records
+        nobody waits for (every request was acknowledged or failed), and is dropped instead
+        of raising the same write error again out of the bookie's shutdown."""
         await self.commit_pending()
-        self._writer.close(sync=self._failed is None)
+        healthy = self._failed is None
+        self._writer.close(sync=healthy, flush=healthy)

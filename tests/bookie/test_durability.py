@@ -136,3 +136,50 @@ async def test_a_failed_fsync_turns_the_bookie_read_only_and_a_power_loss_loses_
             got = DigestManager(ledger_id, b"").verify(r.readResponse.body)
             assert got.payload == payload(ledger_id, entry_id)
         assert (await c.add(1, 10, payload(1, 10))).status == pb.EOK
+
+
+async def test_a_bookie_whose_journal_failed_on_a_full_disk_stops_cleanly(
+    tmp_path: Path,
+) -> None:
+    # Found by the fault campaign: a run cancelled while a bookie's journal disk was full
+    # crashed in the bookie's shutdown, which wrote the failed journal's buffer again.
+    cfg = bookie_config(tmp_path)
+    disk = SimDisk()
+    disk.add_root(tmp_path / "ledgers")
+    journal_disk = disk.add_root(tmp_path / "journal")
+    with disk.installed():
+        async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+            assert (await c.add(1, 0, payload(1, 0))).status == pb.EOK
+            journal_disk.full = True
+            assert (await c.add(1, 1, payload(1, 1))).status == pb.EIO
+            assert svc.bookie.journal.failed is not None
+            assert (await c.read(1, 0)).status == pb.EOK
+        # Leaving running_bookie stopped it: shutdown did not raise ENOSPC.
+        journal_disk.full = False
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        r = await c.read(1, 0)
+        assert r.status == pb.EOK
+        assert DigestManager(1, b"").verify(r.readResponse.body).payload == payload(1, 0)
+
+
+async def test_a_bookie_stopped_while_its_ledger_disk_is_full_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    # Its final checkpoint and the close of its entry logs fail with ENOSPC: logged, not
+    # raised out of the shutdown, and the journal replays the entries at the next start.
+    cfg = bookie_config(tmp_path, flush_interval=3_600_000)
+    disk = SimDisk()
+    ledger_disk = disk.add_root(tmp_path / "ledgers")
+    disk.add_root(tmp_path / "journal")
+    with disk.installed():
+        async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+            for entry_id in range(5):
+                assert (await c.add(1, entry_id, payload(1, entry_id))).status == pb.EOK
+            ledger_disk.full = True
+        ledger_disk.full = False
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        for entry_id in range(5):
+            r = await c.read(1, entry_id)
+            assert r.status == pb.EOK, entry_id
+            got = DigestManager(1, b"").verify(r.readResponse.body)
+            assert got.payload == payload(1, entry_id)
