@@ -205,29 +205,26 @@ class SimBookie:
     async def _register(self) -> None:
         """Register as writable, as a (re)started bookie process does; a read-only node left
         by the previous incarnation goes."""
-        store = self.cluster.store
-        # NodeExistsError: the previous incarnation's registration has not expired yet.
-        with contextlib.suppress(NodeExistsError):
-            await store.create(
-                self._writable_node, self._info().to_json(), ephemeral=True, make_parents=True
-            )
-        with contextlib.suppress(MetadataError):
-            await store.delete(self._read_only_node)
+        await self._move_registration(self._writable_node, self._read_only_node)
 
     async def _follow_read_only(self, bookie: Bookie) -> None:
         """Once the bookie's journal or storage fails, move its registration under
-        ``available/readonly``, read-only node first, as the bookie process does
+        ``available/readonly``, as the bookie process does
         (:meth:`~bookiesim.metadata.registration.BookieRegistration.set_read_only`): clients
         then stop choosing it for ensembles, instead of replacing it and choosing it again."""
         await bookie.read_only.wait()
-        store = self.cluster.store
-        with contextlib.suppress(NodeExistsError):
-            await store.create(
-                self._read_only_node, self._info().to_json(), ephemeral=True, make_parents=True
-            )
-        with contextlib.suppress(MetadataError):
-            await store.delete(self._writable_node)
+        await self._move_registration(self._read_only_node, self._writable_node)
         self.cluster.history.trace(f"{self.name} registered read-only ({bookie.failure})")
+
+    async def _move_registration(self, to: str, away_from: str) -> None:
+        """Create the node ``to`` first, then delete ``away_from``: the bookie is never
+        unregistered in between."""
+        store = self.cluster.store
+        # NodeExistsError: the previous incarnation's registration has not expired yet.
+        with contextlib.suppress(NodeExistsError):
+            await store.create(to, self._info().to_json(), ephemeral=True, make_parents=True)
+        with contextlib.suppress(MetadataError):
+            await store.delete(away_from)
 
     @property
     def _writable_node(self) -> str:
