@@ -21,6 +21,7 @@ __all__ = ["FailedBookies"]
 @dataclass
 class _Strikes:
     in_a_row: int
+    """Failures since the bookie last acknowledged an add (0: none since)."""
     last_failed_at: float
 
 
@@ -36,34 +37,27 @@ class FailedBookies:
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self._strikes: dict[str, _Strikes] = {}
-        self._recovered: set[str] = set()
 
     def __contains__(self, bookie: object) -> bool:
         return bookie in self._strikes
 
-    def __len__(self) -> int:
-        return len(self._strikes)
-
     def failed(self, bookie: str, now: float) -> None:
         """``bookie`` failed a request of this handle at ``now``."""
-        strikes = self._strikes.get(bookie)
-        if strikes is None or bookie in self._recovered:
-            self._recovered.discard(bookie)
-            self._strikes[bookie] = _Strikes(1, now)
-        else:
-            strikes.in_a_row += 1
-            strikes.last_failed_at = now
+        strikes = self._strikes.setdefault(bookie, _Strikes(0, now))
+        strikes.in_a_row += 1
+        strikes.last_failed_at = now
 
     def acknowledged(self, bookie: str) -> None:
         """``bookie`` stored an add: its next failure starts the backoff afresh. It stays a
         bookie that failed, the last to be chosen."""
-        if bookie in self._strikes:
-            self._recovered.add(bookie)
+        strikes = self._strikes.get(bookie)
+        if strikes is not None:
+            strikes.in_a_row = 0
 
     def backoff(self, bookie: str) -> float:
         """Seconds the handle waits after ``bookie``'s last failure before reusing it."""
         strikes = self._strikes.get(bookie)
-        if strikes is None or bookie in self._recovered:
+        if strikes is None or strikes.in_a_row == 0:
             return 0.0
         # Capped before the power, so that a bookie failing for hours cannot overflow it.
         doublings = min(strikes.in_a_row - 1, 64)
