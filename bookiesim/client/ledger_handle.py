@@ -714,7 +714,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                 if todo:
                     self._send(op, todo)
         self._lac_sent = self._lac
-        self._complete_in_order()
+        # What still has its quorum completes when the change loop ends.
 
     # -- explicit LAC --------------------------------------------------------------------
 
