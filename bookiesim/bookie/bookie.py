@@ -202,6 +202,8 @@ class Bookie:
         finally:
             try:
                 await self.journal.aclose()
+            except OSError as exc:
+                log.error("closing the journal failed: %s", exc)
             finally:
                 try:
                     self.storage.close()
