@@ -139,6 +139,8 @@ class Bookie:
         )
         self.ready = trio.Event()
         self.replayed_records = 0
+        self.shutdown_errors: list[str] = []
+        """Disk errors the last :meth:`shutdown` logged; empty after a clean stop."""
         self.metrics.bind_gauges(
             active_logs=lambda: self.storage.entry_logger.active_log_count,
             rotated_logs=lambda: self.storage.entry_logger.rotated_log_count,
@@ -191,6 +193,8 @@ class Bookie:
         A disk error here (a full disk, a failed fsync) is logged, not raised: it must not
         keep the rest from closing, and loses nothing acknowledged, since lastMark moves only
         past what a checkpoint made durable and the next start replays the journal from it.
+        Each such error is also kept in :attr:`shutdown_errors`, so that the process can
+        exit non-zero: an operator's service manager should see that this stop was not clean.
         """
         try:
             if self.journal.failed is None:
@@ -198,17 +202,21 @@ class Bookie:
                 if self.storage.failed is None:
                     await self.checkpoint()
         except OSError as exc:
-            log.error("final checkpoint failed; the next start replays the journal: %s", exc)
+            self._shutdown_error("final checkpoint failed; the next start replays the journal", exc)
         finally:
             try:
                 await self.journal.aclose()
             except OSError as exc:
-                log.error("closing the journal failed: %s", exc)
+                self._shutdown_error("closing the journal failed", exc)
             finally:
                 try:
                     self.storage.close()
                 except OSError as exc:
-                    log.error("closing the ledger storage failed: %s", exc)
+                    self._shutdown_error("closing the ledger storage failed", exc)
+
+    def _shutdown_error(self, what: str, exc: OSError) -> None:
+        log.error("%s: %s", what, exc)
+        self.shutdown_errors.append(f"{what}: {exc}")
 
     def replay_journal(self) -> None:
         """Restore entries, keys, fence bits and explicit LACs from the journal (§6.5), then

@@ -155,12 +155,19 @@ class BookieService:
                 gc.ledger_source = None
 
 
-async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> None:
-    """Serve until SIGINT or SIGTERM, then stop cleanly (final checkpoint)."""
+async def run_until_signalled(
+    cfg: BookieConfig,
+    *,
+    announce: bool = True,
+    task_status: trio.TaskStatus[BookieService] = trio.TASK_STATUS_IGNORED,
+) -> list[str]:
+    """Serve until SIGINT or SIGTERM, then stop (final checkpoint). Returns the disk errors
+    the stop logged (:attr:`Bookie.shutdown_errors`): empty when it was clean."""
     service = BookieService(cfg)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             address = await nursery.start(service.run)
+            task_status.started(service)
             # Freeze what start-up made (modules, configuration, replayed state; it lives as long
             # as the process) once the bookie serves. Why: CPython's full (generation 2)
             # collection scans every tracked object, and at 25,000 adds/s the objects of in-flight
@@ -185,6 +192,7 @@ async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> No
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
+    return service.bookie.shutdown_errors
 
 
 # Why shorter than CPython's 5 ms: a journal fdatasync, a checkpoint or a log creation
@@ -195,6 +203,11 @@ async def run_until_signalled(cfg: BookieConfig, *, announce: bool = True) -> No
 GIL_SWITCH_INTERVAL = 0.0005
 
 
+UNCLEAN_STOP_EXIT = 3
+"""Exit code of a bookie whose stop logged a disk error (docs/bookie.md). Not 1 (an
+uncaught error) nor 2 (a bad configuration or argument)."""
+
+
 def main_sync(cfg: BookieConfig) -> int:
     logging.basicConfig(
         level=logging.INFO,
@@ -202,5 +215,10 @@ def main_sync(cfg: BookieConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    trio.run(run_until_signalled, cfg)
+    errors = trio.run(run_until_signalled, cfg)
+    if errors:
+        # Nothing acknowledged is lost (the next start replays the journal), but whoever
+        # supervises the process should know that this stop was not clean.
+        log.error("stopped with %d disk error(s); exit code %d", len(errors), UNCLEAN_STOP_EXIT)
+        return UNCLEAN_STOP_EXIT
     return 0

@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run one bookie",
         description=(
             "Run one bookie. When it serves, one JSON line goes to stdout with bookiePort, "
-            "httpServerPort, bookieId and pid. SIGINT/SIGTERM stop it after a final checkpoint."
+            "httpServerPort, bookieId and pid. SIGINT/SIGTERM stop it after a final checkpoint; "
+            "the exit code is 3 if that stop logged a disk error, 2 for a bad configuration."
         ),
     )
     parser.add_argument("--conf", help="bk_server.conf-style properties file")

@@ -18,6 +18,7 @@ import trio
 
 from bookiesim.bookie.ledger_storage import StorageFailedError
 from bookiesim.bookie.log_mark import read_last_mark
+from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
@@ -177,6 +178,7 @@ async def test_a_bookie_stopped_while_its_ledger_disk_is_full_loses_nothing(
                 assert (await c.add(1, entry_id, payload(1, entry_id))).status == pb.EOK
             ledger_disk.full = True
         ledger_disk.full = False
+        assert any("final checkpoint failed" in e for e in svc.bookie.shutdown_errors)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         for entry_id in range(5):
             r = await c.read(1, entry_id)
@@ -198,6 +200,33 @@ async def test_a_bookie_whose_journal_sync_fails_at_stop_stops_cleanly(tmp_path:
                 assert (await c.add(1, entry_id, payload(1, entry_id))).status == pb.EOK
             journal_disk.sync_error = True
         journal_disk.sync_error = False
+        assert any("closing the journal failed" in e for e in svc.bookie.shutdown_errors)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         for entry_id in range(3):
             assert (await c.read(1, entry_id)).status == pb.EOK, entry_id
+    assert svc.bookie.shutdown_errors == []  # this stop was clean
+
+
+async def test_a_signalled_stop_reports_the_disk_errors_it_logged(tmp_path: Path) -> None:
+    # What `bookiesim bookie` turns into exit code 3: the SIGTERM path, in this process.
+    cfg = bookie_config(tmp_path, flush_interval=3_600_000)
+    disk = SimDisk()
+    ledger_disk = disk.add_root(tmp_path / "ledgers")
+    disk.add_root(tmp_path / "journal")
+    stops: list[list[str]] = []
+
+    async def serve(*, task_status: trio.TaskStatus[BookieService]) -> None:
+        stops.append(await run_until_signalled(cfg, announce=False, task_status=task_status))
+
+    with disk.installed():
+        for full in (False, True):
+            async with trio.open_nursery() as nursery:
+                svc = await nursery.start(serve)
+                async with bookie_client(svc) as c:
+                    assert (await c.add(1, len(stops), payload(1, len(stops)))).status == pb.EOK
+                ledger_disk.full = full
+                os.kill(os.getpid(), signal.SIGTERM)
+            ledger_disk.full = False
+    clean, failed = stops
+    assert clean == []
+    assert any("final checkpoint failed" in e for e in failed), failed
