@@ -581,6 +581,8 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         try:
             while self._failed and self._error is None:
                 failed = dict(self._failed)
+                # Read before the (possibly long) wait for bookies, yet still current at the
+                # metadata write: no add completes during a change, so the LAC cannot move.
                 first = self._lac + 1
                 ensemble = await self._replacement_ensemble(failed)
                 await self._commit_ensemble(first, ensemble)
