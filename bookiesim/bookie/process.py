@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from bookiesim import __version__
+from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.gc_admin import add_gc_routes
@@ -203,11 +204,6 @@ async def run_until_signalled(
 GIL_SWITCH_INTERVAL = 0.0005
 
 
-UNCLEAN_STOP_EXIT = 3
-"""Exit code of a bookie whose stop logged a disk error (docs/bookie.md). Not 1 (an
-uncaught error) nor 2 (a bad configuration or argument)."""
-
-
 def main_sync(cfg: BookieConfig) -> int:
     logging.basicConfig(
         level=logging.INFO,
@@ -219,6 +215,8 @@ def main_sync(cfg: BookieConfig) -> int:
     if errors:
         # Nothing acknowledged is lost (the next start replays the journal), but whoever
         # supervises the process should know that this stop was not clean.
-        log.error("stopped with %d disk error(s); exit code %d", len(errors), UNCLEAN_STOP_EXIT)
-        return UNCLEAN_STOP_EXIT
-    return 0
+        log.error(
+            "stopped with %d disk error(s); exit code %d", len(errors), exit_codes.UNCLEAN_STOP
+        )
+        return exit_codes.UNCLEAN_STOP
+    return exit_codes.OK

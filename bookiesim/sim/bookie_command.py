@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
 
 
@@ -40,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
             cfg = BookieConfig.from_properties("", source="--set", overrides=args.overrides)
     except (ConfigError, OSError) as exc:
         print(f"bookiesim bookie: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.BAD_CONFIGURATION
     return main_sync(cfg)

@@ -525,7 +525,7 @@ def report_stops(console: Console, bookies: Sequence[LocalBookie]) -> int:
         elif code is None:
             how = "not stopped"
         else:
-            how = str(code) if code >= 0 else exit_description(code)
+            how = str(code) if code == 0 else exit_description(code)
         if code != 0:
             failed.append((bookie, how))
             how = f"[red]{how}[/]"

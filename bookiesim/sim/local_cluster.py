@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bookiesim.bookie import exit_codes
+
 HOST = "127.0.0.1"
 
 
@@ -170,9 +172,11 @@ def _parse_ready(bookie: LocalBookie, line: bytes) -> None:
 
 
 def exit_description(code: int) -> str:
-    """``exited with code 2`` or ``killed by SIGKILL`` for a Popen return code."""
+    """``exited with code 2 (bad configuration)`` or ``killed by SIGKILL`` for a Popen
+    return code of a bookie."""
     if code >= 0:
-        return f"exited with code {code}"
+        meaning = exit_codes.MEANINGS.get(code)
+        return f"exited with code {code}" + (f" ({meaning})" if meaning else "")
     try:
         return f"killed by {signal.Signals(-code).name}"
     except ValueError:

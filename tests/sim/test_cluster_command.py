@@ -12,6 +12,7 @@ import pytest
 
 from bookiesim.sim.cli import main
 from bookiesim.sim.cluster_command import pid_alive
+from bookiesim.sim.local_cluster import exit_description
 
 
 def status(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
@@ -63,3 +64,11 @@ def test_status_without_a_cluster_says_so(
 ) -> None:
     assert main(["cluster", "status", "--dir", str(tmp_path)]) == 1
     assert "cluster up" in capsys.readouterr().out
+
+
+def test_a_bookie_exit_code_is_told_with_its_meaning() -> None:
+    # What `cluster down` and `demo` print for each bookie (docs/bookie.md, exit codes).
+    assert exit_description(0) == "exited with code 0"
+    assert exit_description(2) == "exited with code 2 (bad configuration)"
+    assert "disk error" in exit_description(3)
+    assert exit_description(-signal.SIGKILL) == "killed by SIGKILL"
