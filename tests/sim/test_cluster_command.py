@@ -67,7 +67,7 @@ def test_status_without_a_cluster_says_so(
 
 
 def test_a_bookie_exit_code_is_told_with_its_meaning() -> None:
-    # What `cluster down` and `demo` print for each bookie (docs/bookie.md, exit codes).
+    # What `demo` and `cluster up` print for a bookie (docs/bookie.md, exit codes).
     assert exit_description(0) == "exited with code 0"
     assert exit_description(2) == "exited with code 2 (bad configuration)"
     assert "disk error" in exit_description(3)
