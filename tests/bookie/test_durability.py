@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.simulation.disk import SimDisk
+from bookiesim.simulation.disk import DiskFaults, SimDisk
 from bookiesim.testing import (
     BookieTestClient,
     bookie_client,
@@ -34,6 +35,22 @@ from bookiesim.testing import (
 
 def payload(ledger_id: int, entry_id: int) -> bytes:
     return b"%d:%d:" % (ledger_id, entry_id) + bytes([entry_id % 251]) * (entry_id % 700)
+
+
+def simulated_disks(tmp_path: Path) -> tuple[SimDisk, DiskFaults, DiskFaults]:
+    """A simulated disk over the bookie's ledger and journal dirs (as ``bookie_config``
+    lays them out), and the fault switches of each: ``(disk, ledgers, journal)``."""
+    disk = SimDisk()
+    return disk, disk.add_root(tmp_path / "ledgers"), disk.add_root(tmp_path / "journal")
+
+
+async def assert_reads_back(c: BookieTestClient, entries: Iterable[tuple[int, int]]) -> None:
+    """Every ``(ledger, entry)`` reads back with the payload it was added with."""
+    for ledger_id, entry_id in entries:
+        r = await c.read(ledger_id, entry_id)
+        assert r.status == pb.EOK, (ledger_id, entry_id, pb.StatusCode.Name(r.status))
+        got = DigestManager(ledger_id, b"").verify(r.readResponse.body)
+        assert got.payload == payload(ledger_id, entry_id)
 
 
 async def write_until_killed(
@@ -103,9 +120,7 @@ async def test_a_failed_fsync_turns_the_bookie_read_only_and_a_power_loss_loses_
     # succeed with them gone (SimDisk models that). A checkpoint completed after the retry
     # would let the journal's copy go: only a bookie that stops checkpointing keeps it.
     cfg = bookie_config(tmp_path, flush_interval=3_600_000)  # checkpoints by hand
-    disk = SimDisk()
-    ledger_disk = disk.add_root(tmp_path / "ledgers")
-    disk.add_root(tmp_path / "journal")
+    disk, ledger_disk, _ = simulated_disks(tmp_path)
     entries = [(ledger_id, entry_id) for ledger_id in (1, 2) for entry_id in range(10)]
     with disk.installed():
         async with running_bookie(cfg) as svc, bookie_client(svc) as c:
@@ -131,11 +146,7 @@ async def test_a_failed_fsync_turns_the_bookie_read_only_and_a_power_loss_loses_
         disk.crash(tmp_path / "journal")
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         assert svc.bookie.failure is None
-        for ledger_id, entry_id in entries:
-            r = await c.read(ledger_id, entry_id)
-            assert r.status == pb.EOK, (ledger_id, entry_id, pb.StatusCode.Name(r.status))
-            got = DigestManager(ledger_id, b"").verify(r.readResponse.body)
-            assert got.payload == payload(ledger_id, entry_id)
+        await assert_reads_back(c, entries)
         assert (await c.add(1, 10, payload(1, 10))).status == pb.EOK
 
 
@@ -145,9 +156,7 @@ async def test_a_bookie_whose_journal_failed_on_a_full_disk_stops_cleanly(
     # Found by the fault campaign: a run cancelled while a bookie's journal disk was full
     # crashed in the bookie's shutdown, which wrote the failed journal's buffer again.
     cfg = bookie_config(tmp_path)
-    disk = SimDisk()
-    disk.add_root(tmp_path / "ledgers")
-    journal_disk = disk.add_root(tmp_path / "journal")
+    disk, _, journal_disk = simulated_disks(tmp_path)
     with disk.installed():
         async with running_bookie(cfg) as svc, bookie_client(svc) as c:
             assert (await c.add(1, 0, payload(1, 0))).status == pb.EOK
@@ -158,9 +167,7 @@ async def test_a_bookie_whose_journal_failed_on_a_full_disk_stops_cleanly(
         # Leaving running_bookie stopped it: shutdown did not raise ENOSPC.
         journal_disk.full = False
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-        r = await c.read(1, 0)
-        assert r.status == pb.EOK
-        assert DigestManager(1, b"").verify(r.readResponse.body).payload == payload(1, 0)
+        await assert_reads_back(c, [(1, 0)])
 
 
 async def test_a_bookie_stopped_while_its_ledger_disk_is_full_loses_nothing(
@@ -169,9 +176,7 @@ async def test_a_bookie_stopped_while_its_ledger_disk_is_full_loses_nothing(
     # Its final checkpoint and the close of its entry logs fail with ENOSPC: logged, not
     # raised out of the shutdown, and the journal replays the entries at the next start.
     cfg = bookie_config(tmp_path, flush_interval=3_600_000)
-    disk = SimDisk()
-    ledger_disk = disk.add_root(tmp_path / "ledgers")
-    disk.add_root(tmp_path / "journal")
+    disk, ledger_disk, _ = simulated_disks(tmp_path)
     with disk.installed():
         async with running_bookie(cfg) as svc, bookie_client(svc) as c:
             for entry_id in range(5):
@@ -180,20 +185,14 @@ async def test_a_bookie_stopped_while_its_ledger_disk_is_full_loses_nothing(
         ledger_disk.full = False
         assert any("final checkpoint failed" in e for e in svc.bookie.shutdown_errors)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-        for entry_id in range(5):
-            r = await c.read(1, entry_id)
-            assert r.status == pb.EOK, entry_id
-            got = DigestManager(1, b"").verify(r.readResponse.body)
-            assert got.payload == payload(1, entry_id)
+        await assert_reads_back(c, [(1, entry_id) for entry_id in range(5)])
 
 
 async def test_a_bookie_whose_journal_sync_fails_at_stop_stops_cleanly(tmp_path: Path) -> None:
     # The journal's last fsync, at close, covers nothing acknowledged (every group was
     # synced before its adds were answered): its failure is logged, as the others are.
     cfg = bookie_config(tmp_path)
-    disk = SimDisk()
-    disk.add_root(tmp_path / "ledgers")
-    journal_disk = disk.add_root(tmp_path / "journal")
+    disk, _, journal_disk = simulated_disks(tmp_path)
     with disk.installed():
         async with running_bookie(cfg) as svc, bookie_client(svc) as c:
             for entry_id in range(3):
@@ -202,17 +201,14 @@ async def test_a_bookie_whose_journal_sync_fails_at_stop_stops_cleanly(tmp_path:
         journal_disk.sync_error = False
         assert any("closing the journal failed" in e for e in svc.bookie.shutdown_errors)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-        for entry_id in range(3):
-            assert (await c.read(1, entry_id)).status == pb.EOK, entry_id
+        await assert_reads_back(c, [(1, entry_id) for entry_id in range(3)])
     assert svc.bookie.shutdown_errors == []  # this stop was clean
 
 
 async def test_a_signalled_stop_reports_the_disk_errors_it_logged(tmp_path: Path) -> None:
     # What `bookiesim bookie` turns into exit code 3: the SIGTERM path, in this process.
     cfg = bookie_config(tmp_path, flush_interval=3_600_000)
-    disk = SimDisk()
-    ledger_disk = disk.add_root(tmp_path / "ledgers")
-    disk.add_root(tmp_path / "journal")
+    disk, ledger_disk, _ = simulated_disks(tmp_path)
     stops: list[list[str]] = []
 
     async def serve(*, task_status: trio.TaskStatus[BookieService]) -> None:
