@@ -184,7 +184,7 @@ def test_raw_fdatasync_latency_paces_and_reports_the_stalled_share(tmp_path: Pat
 def test_raw_file_churn_writes_and_closes_a_log_per_count(tmp_path: Path) -> None:
     import os
 
-    from bookiesim.entrylog.format import HEADER_SIZE, LEDGERS_MAP_OFFSET_POSITION
+    from bookiesim.entrylog.metadata import extract_from_ledgers_map
     from bookiesim.sim.benchmarks.baseline import raw_file_churn_rate
 
     descriptors = len(os.listdir("/proc/self/fd"))
@@ -197,9 +197,9 @@ def test_raw_file_churn_writes_and_closes_a_log_per_count(tmp_path: Path) -> Non
     for log in logs:
         data = log.read_bytes()
         assert len(data) == rate.nbytes // 30
-        # Each was "rotated": the header points at the ledgers map after the one record.
-        offset = int.from_bytes(data[LEDGERS_MAP_OFFSET_POSITION : LEDGERS_MAP_OFFSET_POSITION + 8])
-        assert offset == HEADER_SIZE + 100
+        # Each was sealed as a rotation seals a log: GC's reader finds one ledger of one
+        # 100-byte record through the header's map offset.
+        assert extract_from_ledgers_map(log, 0).ledgers == {1: 100}
     with pytest.raises(FileExistsError):  # never overwrites what is there
         raw_file_churn_rate(tmp_path / "churn", count=1, record_size=1, open_files=1)
 

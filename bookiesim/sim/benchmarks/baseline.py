@@ -10,9 +10,9 @@ from pathlib import Path
 
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
-    LEDGERS_MAP_ENTRY_SIZE,
-    LEDGERS_MAP_HEADER_SIZE,
     LEDGERS_MAP_OFFSET_POSITION,
+    LogHeader,
+    encode_ledgers_map,
 )
 from bookiesim.entrylog.writeback import sync_filesystem
 
@@ -103,17 +103,18 @@ def raw_file_churn_rate(directory: Path, count: int, record_size: int, open_file
     ``syncfs`` at the end. That is the least file work an entry-log-per-ledger bookie does
     for an add that evicts a log and starts another, with no journal, socket or index."""
     directory.mkdir(parents=True, exist_ok=True)
-    header = bytes(HEADER_SIZE)
+    # The bytes of a real one-entry log of one ledger, sealed as a rotation seals it.
+    header = LogHeader().encode()
     record = bytes(record_size)
-    ledgers_map = bytes(LEDGERS_MAP_HEADER_SIZE + LEDGERS_MAP_ENTRY_SIZE)
-    # The header's patched fields: the map's offset (long) and its ledger count (int).
-    map_offset = (HEADER_SIZE + record_size).to_bytes(8, "big") + (1).to_bytes(4, "big")
+    ledgers_map = encode_ledgers_map({1: record_size})
+    map_offset = LogHeader(ledgers_map_offset=HEADER_SIZE + record_size, ledgers_count=1)
+    map_patch = map_offset.encode_map_patch()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     active: deque[int] = deque()
 
     def rotate(fd: int) -> None:
         os.write(fd, ledgers_map)
-        os.pwrite(fd, map_offset, LEDGERS_MAP_OFFSET_POSITION)
+        os.pwrite(fd, map_patch, LEDGERS_MAP_OFFSET_POSITION)
         os.close(fd)
 
     start = time.perf_counter()
