@@ -29,7 +29,12 @@ from bookiesim.proto.frames import (
 
 log = logging.getLogger(__name__)
 
-RECEIVE_CHUNK = 1 << 18
+RECEIVE_CHUNK = 1 << 15
+"""Bytes read from a connection per turn: about 30 adds of 1 KiB, under a millisecond of
+work. A connection's frames are handled without yielding, so after a stall a 256 KiB chunk
+(the size before) kept the journal's commit and the response writer waiting for ~230 adds,
+4-5 ms; at half the peak rate this cut the p99 with no disk in the way from 20-28 ms to
+13-14 ms (BENCHMARKS.md, session 11), and left the peak where it was."""
 
 
 class _Outgoing:
