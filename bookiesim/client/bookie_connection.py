@@ -94,7 +94,11 @@ class BookieConnection:
 
         self._waiters[txn_id] = on_response
         try:
-            await self.send(request)
+            try:
+                await self.send(request)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                # The peer went away (a killed bookie) before the reader saw the stream end.
+                raise ConnectionClosedError(f"closed before txnId {txn_id} was sent") from exc
             await done.wait()
         finally:
             self._waiters.pop(txn_id, None)

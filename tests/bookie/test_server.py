@@ -328,3 +328,17 @@ async def test_pipelined_requests_echo_txn_ids(tmp_path: Path) -> None:
             assert status(response) == "EOK"
         ids = sorted(r.addResponse.entryId for r in results.values())
         assert ids == list(range(500))
+
+
+async def test_a_call_into_a_broken_stream_is_connection_closed_not_a_trio_error() -> None:
+    # A bookie killed while a request is being sent: the send fails before the reader sees
+    # the stream end. Callers (the kill -9 tests among them) expect ConnectionClosedError.
+    client_end, bookie_end = trio.testing.lockstep_stream_pair()
+    await bookie_end.aclose()
+    conn = BookieConnection(client_end)
+    request = BookieTestClient(conn).request(
+        pb.READ_ENTRY, readRequest=pb.ReadRequest(ledgerId=1, entryId=0)
+    )
+    with pytest.raises(ConnectionClosedError, match="before txnId"):
+        await conn.call(request)
+    assert conn.in_flight == 0
