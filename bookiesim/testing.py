@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -167,6 +168,26 @@ class BookieProcessHandle:
 
 
 @contextmanager
+def announced_process(args: list[str], name: str) -> Iterator[tuple[subprocess.Popen[str], Any]]:
+    """Run ``args`` as a child whose first stdout line is a JSON ready announcement; yield
+    the process and that announcement. The child is killed on leaving the block if it is
+    still running; ``name`` says who it was in the error if it exits before it is ready."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{name} exited with {proc.wait()} before it was ready")
+        yield proc, json.loads(line)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@contextmanager
 def bookie_process(root: Path, *settings: str) -> Iterator[BookieProcessHandle]:
     """Run ``bookiesim bookie`` as a child process with its dirs under ``root``.
 
@@ -183,17 +204,5 @@ def bookie_process(root: Path, *settings: str) -> Iterator[BookieProcessHandle]:
     )
     for setting in (*base, *settings):
         args += ["--set", setting]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"bookie exited with {proc.wait()} before it was ready")
-        ready = json.loads(line)
+    with announced_process(args, "bookie") as (proc, ready):
         yield BookieProcessHandle(proc, int(ready["bookiePort"]), int(ready["httpServerPort"]))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()

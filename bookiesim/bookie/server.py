@@ -14,10 +14,11 @@ the bookie keeps serving every other connection.
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 import trio
 
-from bookiesim.bookie.handlers import RequestProcessor
+from bookiesim.bookie.handlers import Respond
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.frames import (
     NEED_DATA,
@@ -35,6 +36,23 @@ work. A connection's frames are handled without yielding, so after a stall a 256
 (the size before) kept the journal's commit and the response writer waiting for ~230 adds,
 4-5 ms; at half the peak rate this cut the p99 with no disk in the way from 20-28 ms to
 13-14 ms (BENCHMARKS.md, session 11), and left the peak where it was."""
+
+
+class Processor(Protocol):
+    """What the server hands parsed requests to: the bookie's
+    :class:`~bookiesim.bookie.handlers.RequestProcessor`, or a benchmark's stand-in."""
+
+    def needs_task(self, request: pb.Request) -> bool:
+        """Whether the request may wait (it then gets a task of its own)."""
+        ...
+
+    def process(self, request: pb.Request, respond: Respond) -> None:
+        """Handle a request that does not wait; ``respond`` may be called later."""
+        ...
+
+    async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
+        """Handle a request for which :meth:`needs_task` said yes."""
+        ...
 
 
 class _Outgoing:
@@ -77,9 +95,9 @@ class _Outgoing:
 
 
 class BookieServer:
-    """Serves one :class:`RequestProcessor` on a listening socket."""
+    """Serves one :class:`Processor` on a listening socket."""
 
-    def __init__(self, processor: RequestProcessor, *, max_frame_size: int) -> None:
+    def __init__(self, processor: Processor, *, max_frame_size: int) -> None:
         self.processor = processor
         self.max_frame_size = max_frame_size
         self.connections = 0

@@ -235,15 +235,24 @@ def test_bench_bookie_reports_every_run_baseline_and_target(
     assert report["raw_fdatasync_per_second"] > 0
     assert report["raw_file_churn_per_second"] > 0
     assert report["raw_fdatasync_latency"]["syncs_per_second"] > 0
+    half_peak = {scenario.name for scenario in SCENARIOS if scenario.half_rate}
+    assert set(report["transport_floor"]) == half_peak
+    for floor in report["transport_floor"].values():
+        # The same client at the same rate against the server with no storage.
+        assert floor["adds_per_second"] > 0
+        assert 0 < floor["p50_ms"] <= floor["p99_ms"] <= floor["p999_ms"]
+        assert floor["bookie_cpu_us_per_add"] > 0
     assert set(report["ratios"]) == {
         "10000_ledgers / 10_ledgers",
         "10000_ledgers / raw file churn",
         "interleaved / per_ledger",
+        *(f"{name}: p99 / transport floor p99" for name in half_peak),
     }
     assert len(report["targets"]) == 4
     assert "raw file churn" in captured.err
     assert "files/s" in captured.err
     assert "bookie CPU" in captured.err
+    assert "transport floor for" in captured.err
     assert "medians of 2 runs" in captured.err
     with pytest.raises(SystemExit) as bad:
         main(["bench", "bookie", "--repeats", "0"])

@@ -18,6 +18,9 @@ Runs, in one invocation on the same disk:
   per fdatasync: its latencies, the share of the time it stalled (fdatasyncs over 5 ms), and
   the share of the time an add arriving would wait over 5 ms for the disk alone: the floor
   under the bookie's p99;
+* after each half-peak run, the same client at the same rate and settings against the
+  transport floor (:mod:`~bookiesim.sim.benchmarks.transport_floor`: the bookie's server and
+  group wait with no storage): the p99 no bookie could beat with that client and group wait;
 * interleaved mode (``entryLogPerLedgerEnabled=false``) with 10 ledgers, beside it.
 
 Each bookie runs with ``journalSyncData=true``; fsyncs/s and entries per fsync come from the
@@ -34,12 +37,15 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +61,7 @@ from bookiesim.sim.benchmarks.baseline import (
     raw_file_churn_rate,
 )
 from bookiesim.sim.benchmarks.report import positive_int
-from bookiesim.testing import BookieProcessHandle, bookie_process
+from bookiesim.testing import BookieProcessHandle, announced_process, bookie_process
 
 STOP_TIMEOUT = 300.0
 """Seconds a bookie may take to stop cleanly after a run."""
@@ -79,12 +85,29 @@ def journal_counters(http_port: int) -> tuple[float, float]:
 def run_load(
     bookie: BookieProcessHandle, *, ledgers: int, adds: int, size: int, rate: float | None = None
 ) -> dict[str, Any]:
+    """The load client against a bookie, with the bookie's fsyncs and entries per fsync."""
+    syncs_before, entries_before = journal_counters(bookie.http_port)
+    result = run_client(
+        bookie.bookie_port, bookie.proc.pid, ledgers=ledgers, adds=adds, size=size, rate=rate
+    )
+    syncs_after, entries_after = journal_counters(bookie.http_port)
+    syncs = syncs_after - syncs_before
+    result["fsyncs_per_second"] = round(syncs / result["seconds"], 1)
+    result["entries_per_fsync"] = round((entries_after - entries_before) / syncs, 1) if syncs else 0
+    return result
+
+
+def run_client(
+    port: int, server_pid: int, *, ledgers: int, adds: int, size: int, rate: float | None = None
+) -> dict[str, Any]:
+    """The load client as a child process against the server at ``port``: its summary, and
+    the server's CPU per add (all threads) and share of one core, beside the client's own."""
     args = [
         sys.executable,
         "-m",
         "bookiesim.sim.benchmarks.load_client",
         "--port",
-        str(bookie.bookie_port),
+        str(port),
         "--ledgers",
         str(ledgers),
         "--adds",
@@ -94,27 +117,35 @@ def run_load(
     ]
     if rate is not None:
         args += ["--rate", str(rate)]
-    syncs_before, entries_before = journal_counters(bookie.http_port)
-    bookie_cpu_before = process_cpu_seconds(bookie.proc.pid)
+    server_cpu_before = process_cpu_seconds(server_pid)
     children_before = os.times()
     out = subprocess.run(args, capture_output=True, text=True, check=True)
     children_after = os.times()
-    bookie_cpu = process_cpu_seconds(bookie.proc.pid) - bookie_cpu_before
-    syncs_after, entries_after = journal_counters(bookie.http_port)
+    server_cpu = process_cpu_seconds(server_pid) - server_cpu_before
     result: dict[str, Any] = json.loads(out.stdout)
-    syncs = syncs_after - syncs_before
-    result["fsyncs_per_second"] = round(syncs / result["seconds"], 1)
-    result["entries_per_fsync"] = round((entries_after - entries_before) / syncs, 1) if syncs else 0
     # CPU per add, all threads: on 2 cores shared with the load client, a bookie near one
     # full core queues adds whatever its disk does (the figure behind a p99 at half peak).
     client_cpu = (children_after.children_user + children_after.children_system) - (
         children_before.children_user + children_before.children_system
     )
     adds_done = max(1, int(result["adds"]))
-    result["bookie_cpu_us_per_add"] = round(bookie_cpu / adds_done * 1e6, 1)
-    result["bookie_cpu_share"] = round(bookie_cpu / result["seconds"], 3)
+    result["bookie_cpu_us_per_add"] = round(server_cpu / adds_done * 1e6, 1)
+    result["bookie_cpu_share"] = round(server_cpu / result["seconds"], 3)
     result["client_cpu_us_per_add"] = round(client_cpu / adds_done * 1e6, 1)
     return result
+
+
+@contextmanager
+def transport_floor_process(*settings: str) -> Iterator[tuple[int, int]]:
+    """The no-storage server of :mod:`transport_floor` as a child process: (port, pid)."""
+    args = [sys.executable, "-m", "bookiesim.sim.benchmarks.transport_floor"]
+    for setting in settings:
+        args += ["--set", setting]
+    with announced_process(args, "transport floor") as (proc, ready):
+        yield int(ready["bookiePort"]), proc.pid
+        proc.send_signal(signal.SIGTERM)
+        if code := proc.wait(timeout=30):
+            raise RuntimeError(f"transport floor exited with {code} after SIGTERM")
 
 
 def _median(values: Any) -> Any:
@@ -170,6 +201,10 @@ TARGET_P99 = {
     HALF_TUNED: "p99 <= 5 ms at half peak, journalFlushWhenQueueEmpty",
 }
 """The latency target's label for each half-peak run."""
+
+
+FLOOR_FIGURES = ("adds_per_second", "p50_ms", "p99_ms", "p999_ms", "bookie_cpu_us_per_add")
+"""What is kept of a transport-floor run (its server's CPU under the bookie's name)."""
 
 
 LATENCY_SECONDS = 25.0
@@ -236,6 +271,16 @@ def _scenarios(root: Path, plan: BenchPlan, progress: Any, repetition: int) -> d
             )
             results["raw_file_churn_per_second"] = round(churn.per_second, 1)
             shutil.rmtree(root / "file-churn")
+        if rate is not None:
+            # The same client at the same rate against the bookie's server and group wait
+            # with no storage: the least p99 any bookie could show here.
+            with transport_floor_process(*settings) as (port, pid):
+                floor = run_client(
+                    port, pid, ledgers=scenario.ledgers, adds=adds, size=size, rate=rate
+                )
+            results.setdefault("transport_floor", {})[scenario.name] = {
+                key: floor[key] for key in FLOOR_FIGURES
+            }
         if scenario.name == HALF:
             # The disk alone at the journal's pace of this run, right after it: if an add
             # would wait over 5 ms for it 1% of the time, no bookie gets a p99 under 5 ms.
@@ -270,6 +315,12 @@ def run_bookie_bench(workdir: Path | None, plan: BenchPlan, progress: Any = None
             key: _median(r["raw_fdatasync_latency"][key] for r in done)
             for key in done[0]["raw_fdatasync_latency"]
         },
+        "transport_floor": {
+            name: {
+                key: _median(r["transport_floor"][name][key] for r in done) for key in FLOOR_FIGURES
+            }
+            for name in TARGET_P99
+        },
         "runs": {},
     }
     for scenario in SCENARIOS:
@@ -291,6 +342,12 @@ def run_bookie_bench(workdir: Path | None, plan: BenchPlan, progress: Any = None
         "interleaved / per_ledger": round(runs[INTERLEAVED]["adds_per_second"] / peak_rate, 3)
         if peak_rate
         else None,
+        **{
+            f"{name}: p99 / transport floor p99": round(
+                runs[name]["p99_ms"] / results["transport_floor"][name]["p99_ms"], 2
+            )
+            for name in TARGET_P99
+        },
     }
     return results
 
@@ -385,6 +442,13 @@ def _main(args: argparse.Namespace) -> int:
         f"arriving would wait over 5 ms for the disk alone {latency['over_threshold_share']:.1%} "
         "of the time"
     )
+    for name, floor_run in results["transport_floor"].items():
+        console.print(
+            f"transport floor for '{name}' (the bookie's server and group wait, no storage; "
+            f"same client and rate): p50 {floor_run['p50_ms']:.2f} ms, p99 "
+            f"{floor_run['p99_ms']:.2f} ms, p999 {floor_run['p999_ms']:.2f} ms, server "
+            f"{floor_run['bookie_cpu_us_per_add']:.1f} µs/add"
+        )
     for name, ratio in results["ratios"].items():
         console.print(f"{name}: {ratio}")
     floor = latency["over_threshold_share"]
@@ -399,6 +463,12 @@ def _main(args: argparse.Namespace) -> int:
             if floor >= 0.01:
                 why = (
                     f"  (the disk alone makes {floor:.1%} of adds wait over 5 ms: no bookie could)"
+                )
+            floor_p99 = results["transport_floor"][half_peak_run[target]]["p99_ms"]
+            if floor_p99 > 5.0:
+                why = (
+                    f"  (with no storage at all the same server, group wait and client show "
+                    f"p99 {floor_p99:.2f} ms: no bookie could)"
                 )
         if not ok and target == TARGET_MANY and churn < churn_target:
             why = (
