@@ -100,15 +100,25 @@ def expected_stream(
 
 
 def write_steps(w: JournalWriter, steps: list[Step]) -> None:
+    """Records in batches through ``append``, except that an entry alone between flushes
+    goes through the add path's ``append_entry``: both must write the same bytes."""
     pending: list[JournalRecord] = []
+
+    def hand_over() -> None:
+        if len(pending) == 1 and isinstance(pending[0], DataRecord):
+            before = w.position
+            assert w.append_entry(pending[0].body) == w.position - before
+        else:
+            w.append(pending)
+        pending.clear()
+
     for rec in steps:
         if rec is None:
-            w.append(pending)
-            pending = []
+            hand_over()
             w.flush()
         else:
             pending.append(rec)
-    w.append(pending)
+    hand_over()
     w.flush()
 
 
@@ -172,6 +182,35 @@ def test_append_buffers_flush_pads_and_writes_once(tmp_path: Path) -> None:
     w.close()  # idempotent
     with pytest.raises(ValueError, match="closed"):
         w.append(recs)
+
+
+def test_a_failed_write_is_retried_with_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk fails the flush; what was buffered stays buffered, and once the disk has
+    # room again the retry writes exactly what one successful flush would have.
+    import bookiesim.bookie.journal as journal_module
+
+    w = writer(tmp_path)
+    w.append_entry(data(1, 0, b"x" * 100).body)
+    w.append([data(1, 1, b"y" * 300)])
+    real = journal_module._pwrite_all
+    calls: list[int] = []
+
+    def full_once(fd: int, buf: bytes | bytearray, offset: int) -> None:
+        calls.append(len(buf))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        real(fd, buf, offset)
+
+    monkeypatch.setattr(journal_module, "_pwrite_all", full_once)
+    with pytest.raises(OSError, match="No space"):
+        w.flush()
+    assert w.flushed_position == HEADER_SIZE
+    assert w.flush() == 2 * ALIGNMENT
+    assert calls == [ALIGNMENT, ALIGNMENT]  # the same padded group both times
+    assert [r for _, r in scan(w.path)] == [data(1, 0, b"x" * 100), data(1, 1, b"y" * 300)]
+    w.close()
 
 
 def test_preallocation_grows_in_chunks(tmp_path: Path) -> None:
