@@ -598,11 +598,19 @@ class IndexFile:
             self._unsynced = True
         if self._pending:
             pending = self._pending
-            ids = sorted(pending)
+            keys = list(pending)
+            ids = sorted(keys)
+            # Adds arrive in entry order, so the dict's own order is usually the sorted one
+            # and its values are the locations in order: no lookup per id (about half of
+            # this method's time in a checkpoint).
+            if ids == keys:
+                locations = list(pending.values())
+            else:
+                locations = list(map(pending.__getitem__, ids))
             for first in range(0, len(ids), step):
                 part = ids[first : first + step]
                 # Asked again each step: between steps the tracker may have closed ours.
-                self._write_locations(self._io_fd(), part, pending)
+                self._write_locations(self._io_fd(), part, locations[first : first + step])
                 self._unsynced = True
                 yield len(part)
             last = ids[-1]
@@ -613,11 +621,11 @@ class IndexFile:
             self._pending_max = -1
 
     @staticmethod
-    def _write_locations(fd: int, ids: list[int], locations: dict[int, int]) -> None:
-        """``locations`` of the sorted ``ids``, one pwrite per run of consecutive ids:
-        appends are sequential, so a checkpoint usually writes each ledger's new entries
-        with one call (and finds that out with one comparison instead of a loop)."""
-        packed = array("q", map(locations.__getitem__, ids))
+    def _write_locations(fd: int, ids: list[int], locations: list[int]) -> None:
+        """``locations[i]`` at slot ``ids[i]`` for sorted ``ids``, one pwrite per run of
+        consecutive ids: appends are sequential, so a checkpoint usually writes each
+        ledger's new entries with one call (and finds that out with one comparison)."""
+        packed = array("q", locations)
         if _LITTLE_ENDIAN:
             packed.byteswap()
         raw = memoryview(packed).cast("B")

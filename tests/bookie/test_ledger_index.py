@@ -816,3 +816,28 @@ def test_write_detached_steps_stopped_early_leave_everything_for_the_next_checkp
     for lid in (1, 2):
         assert list(on_disk.entries(lid)) == [(e, 10 * lid + e + 1) for e in range(12)]
     index.close()
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        list(range(2_000)),  # appends in entry order: locations packed in dict order
+        list(range(1_999, -1, -1)),  # reversed: looked up id by id
+        [*range(0, 2_000, 2), *range(1, 2_000, 2)],  # evens, then odds
+    ],
+)
+def test_a_checkpoint_writes_every_location_whatever_the_order_of_the_adds(
+    tmp_path: Path, order: list[int]
+) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(7, b"k")
+    for entry_id in order:
+        index.set_location(7, entry_id, (3 << 32) | entry_id)
+    index.set_location(7, 5, (4 << 32) | 5)  # a rewrite keeps its place in the dict
+    files = index.detach_dirty()
+    index.write_detached(files)
+    index.close()
+    reopened = LedgerIndex([tmp_path])
+    expected = [(e, ((4 if e == 5 else 3) << 32) | e) for e in range(2_000)]
+    assert list(reopened.entries(7)) == expected
+    reopened.close()
