@@ -170,38 +170,34 @@ async def test_a_bookie_whose_journal_failed_on_a_full_disk_stops_cleanly(
         await assert_reads_back(c, [(1, 0)])
 
 
-async def test_a_bookie_stopped_while_its_ledger_disk_is_full_loses_nothing(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("disk_name", "fault", "logged"),
+    [
+        # Its final checkpoint and the close of its entry logs fail with ENOSPC: logged, not
+        # raised out of the shutdown, and the journal replays the entries at the next start.
+        ("ledgers", "full", "final checkpoint failed"),
+        # The journal's last fsync, at close, covers nothing acknowledged (every group was
+        # synced before its adds were answered): its failure is logged, as the others are.
+        ("journal", "sync_error", "closing the journal failed"),
+    ],
+)
+async def test_a_disk_failing_at_stop_is_logged_and_loses_nothing(
+    tmp_path: Path, disk_name: str, fault: str, logged: str
 ) -> None:
-    # Its final checkpoint and the close of its entry logs fail with ENOSPC: logged, not
-    # raised out of the shutdown, and the journal replays the entries at the next start.
-    cfg = bookie_config(tmp_path, flush_interval=3_600_000)
-    disk, ledger_disk, _ = simulated_disks(tmp_path)
+    cfg = bookie_config(tmp_path, flush_interval=3_600_000)  # the stop's checkpoint has work
+    disk, ledger_disk, journal_disk = simulated_disks(tmp_path)
+    failing = ledger_disk if disk_name == "ledgers" else journal_disk
+    entries = [(1, entry_id) for entry_id in range(5)]
     with disk.installed():
         async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-            for entry_id in range(5):
-                assert (await c.add(1, entry_id, payload(1, entry_id))).status == pb.EOK
-            ledger_disk.full = True
-        ledger_disk.full = False
-        assert any("final checkpoint failed" in e for e in svc.bookie.shutdown_errors)
+            for ledger_id, entry_id in entries:
+                r = await c.add(ledger_id, entry_id, payload(ledger_id, entry_id))
+                assert r.status == pb.EOK
+            setattr(failing, fault, True)
+        setattr(failing, fault, False)
+        assert any(logged in e for e in svc.bookie.shutdown_errors), svc.bookie.shutdown_errors
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-        await assert_reads_back(c, [(1, entry_id) for entry_id in range(5)])
-
-
-async def test_a_bookie_whose_journal_sync_fails_at_stop_stops_cleanly(tmp_path: Path) -> None:
-    # The journal's last fsync, at close, covers nothing acknowledged (every group was
-    # synced before its adds were answered): its failure is logged, as the others are.
-    cfg = bookie_config(tmp_path)
-    disk, _, journal_disk = simulated_disks(tmp_path)
-    with disk.installed():
-        async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-            for entry_id in range(3):
-                assert (await c.add(1, entry_id, payload(1, entry_id))).status == pb.EOK
-            journal_disk.sync_error = True
-        journal_disk.sync_error = False
-        assert any("closing the journal failed" in e for e in svc.bookie.shutdown_errors)
-    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
-        await assert_reads_back(c, [(1, entry_id) for entry_id in range(3)])
+        await assert_reads_back(c, entries)
     assert svc.bookie.shutdown_errors == []  # this stop was clean
 
 
