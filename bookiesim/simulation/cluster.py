@@ -39,6 +39,7 @@ from bookiesim.metadata.registration import (
     available_path,
     readonly_path,
 )
+from bookiesim.metadata.store import join_path
 from bookiesim.simulation.disk import SimDisk
 from bookiesim.simulation.history import History
 from bookiesim.simulation.network import SimConnection, SimNetwork
@@ -228,11 +229,11 @@ class SimBookie:
 
     @property
     def _writable_node(self) -> str:
-        return f"{available_path()}/{self.bookie_id}"
+        return join_path(available_path(), self.bookie_id)
 
     @property
     def _read_only_node(self) -> str:
-        return f"{readonly_path()}/{self.bookie_id}"
+        return join_path(readonly_path(), self.bookie_id)
 
     async def crash(self, stale: float) -> None:
         """kill -9 and a lost page cache (module docstring); the registration goes after
