@@ -6,13 +6,14 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 
 from bookiesim.bookie.server import BookieServer
 from bookiesim.client.bookie_connection import connect
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.sim.benchmarks.bookie import transport_floor_process
-from bookiesim.sim.benchmarks.transport_floor import NoStorageProcessor
+from bookiesim.sim.benchmarks.transport_floor import NoStorageProcessor, main
 from bookiesim.testing import BookieTestClient
 
 
@@ -77,3 +78,11 @@ def test_the_floor_process_announces_serves_and_stops_on_sigterm() -> None:
         response = trio.run(one_add, port)
     assert response.status == pb.EOK
     assert response.addResponse.ledgerId == 3
+
+
+def test_an_unknown_setting_is_named_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--set", "journalMaxGroupWait=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("transport floor: ")
+    assert "unknown key 'journalMaxGroupWait'" in err
+    assert "journalMaxGroupWaitMSec" in err  # the suggestion

@@ -25,7 +25,8 @@ import sys
 
 import trio
 
-from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie import exit_codes
+from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.handlers import Respond
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.bookie.process import GIL_SWITCH_INTERVAL
@@ -107,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a bookie setting"
     )
     args = parser.parse_args(argv)
-    cfg = BookieConfig.from_properties("", overrides=args.set)
+    try:
+        cfg = BookieConfig.from_properties("", source="--set", overrides=args.set)
+    except ConfigError as exc:
+        print(f"transport floor: {exc}", file=sys.stderr)
+        return exit_codes.BAD_CONFIGURATION
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     trio.run(serve, cfg, "127.0.0.1", args.port)
     return 0
