@@ -1,0 +1,313 @@
+"""Run upstream Apache BookKeeper beside bookiesim, for the live conformance checks.
+
+An installation is whatever ``BOOKKEEPER_HOME`` names: a directory with ``lib/*.jar`` (the
+binary distribution, or a build's ``lib``), run with the ``java`` on ``PATH`` (17 or later).
+Nothing of upstream's is kept in this repository: its bookie runs as ``server.Main``, its
+client as ``BookieShell`` commands (``simpletest`` writes, reads back and closes a ledger;
+``readledger`` reads, ``-r`` first recovers; ``initnewcluster`` formats the root).
+
+bookiesim runs as its own processes: ``bookiesim bookie`` and ``bookiesim ledger``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+HOST = "127.0.0.1"
+START_TIMEOUT = 60.0
+"""Seconds a bookie of either kind has to register (a cold JVM takes several)."""
+SHELL_TIMEOUT = 120.0
+
+_LOG_CONFIG = """\
+status = error
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = %p %c{1} - %m%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = OUT
+"""
+"""Our own log4j2 settings: upstream's shell reports entries and ledger ids at INFO, which the
+library default (ERROR) would hide."""
+
+
+def installation() -> Path | str:
+    """``BOOKKEEPER_HOME`` as a usable installation, or why not (the skip reason)."""
+    home = os.environ.get("BOOKKEEPER_HOME")
+    if not home:
+        return (
+            "BOOKKEEPER_HOME is not set: the live checks need an upstream BookKeeper "
+            "installation (its lib/*.jar) and Java 17"
+        )
+    lib = Path(home) / "lib"
+    if not any(lib.glob("*.jar")):
+        return f"BOOKKEEPER_HOME={home} has no lib/*.jar"
+    if shutil.which("java") is None:
+        return "no java on PATH (Java 17 runs upstream's jars)"
+    return Path(home)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Root:
+    """One ledgers root in the test ZooKeeper: ``zk://HOSTS/PATH``, upstream's meaning."""
+
+    hosts: str
+    path: str
+
+    @property
+    def uri(self) -> str:
+        return f"zk://{self.hosts}{self.path}"
+
+    def zk(self) -> KazooClient:
+        client = KazooClient(hosts=self.hosts)
+        client.start(timeout=15)
+        return client
+
+    def registered(self) -> set[str]:
+        client = self.zk()
+        try:
+            path = f"{self.path}/available"
+            names = client.get_children(path) if client.exists(path) else []
+            return {n for n in names if n != "readonly"}
+        finally:
+            client.stop()
+            client.close()
+
+    def wait_registered(self, bookie_id: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while bookie_id not in self.registered():
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"bookie {bookie_id} exited with {proc.returncode} before registering:\n"
+                    + tail(log)
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"bookie {bookie_id} did not register:\n" + tail(log))
+            time.sleep(0.2)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} unreadable)"
+
+
+@dataclass
+class Bookie:
+    """A running bookie of either kind; ``dirs`` survive it, for a hand-over."""
+
+    kind: str
+    port: int
+    dirs: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM, as a service manager stops it; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+@dataclass
+class Upstream:
+    """Upstream's jars, run as bookies and shell commands against one root."""
+
+    home: Path
+    root: Root
+    work: Path
+    java_opts: Sequence[str] = field(default_factory=lambda: ("-Xmx512m",))
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        log_config = self.work / "log4j2.properties"
+        if not log_config.exists():
+            log_config.write_text(_LOG_CONFIG)
+        return [
+            "java",
+            *self.java_opts,
+            f"-Dlog4j.configurationFile={log_config}",
+            "-cp",
+            str(self.home / "lib" / "*"),
+            main,
+            *args,
+        ]
+
+    def conf(self, name: str, port: int, dirs: Path, **extra: object) -> Path:
+        """A bk_server.conf as the vectors' bookies ran, pointed at this root."""
+        settings: dict[str, object] = {
+            "bookiePort": port,
+            "advertisedAddress": HOST,
+            "allowLoopback": "true",
+            "useHostNameAsBookieID": "false",
+            "metadataServiceUri": self.root.uri,
+            "journalDirectories": dirs / "journal",
+            "ledgerDirectories": dirs / "ledgers",
+            "ledgerStorageClass": "org.apache.bookkeeper.bookie.SortedLedgerStorage",
+            "entryLogPerLedgerEnabled": "true",
+            "journalSyncData": "true",
+            "httpServerEnabled": "false",
+            "autoRecoveryDaemonEnabled": "false",
+            "journalPreAllocSizeMB": 1,
+            **extra,
+        }
+        path = self.work / f"{name}.conf"
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        return path
+
+    def init_cluster(self) -> None:
+        """``initnewcluster``: LAYOUT, INSTANCEID and the empty parents, as upstream writes
+        them."""
+        self.shell("initnewcluster")
+
+    @contextmanager
+    def bookie(
+        self, name: str, port: int | None = None, dirs: Path | None = None
+    ) -> Iterator[Bookie]:
+        port = port or free_port()
+        dirs = dirs or self.work / name
+        conf = self.conf(name, port, dirs)
+        log = self.work / f"{name}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                self._java("org.apache.bookkeeper.server.Main", "--conf", str(conf)),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        bookie = Bookie("upstream", port, dirs, proc, log)
+        try:
+            self.root.wait_registered(bookie.bookie_id, proc, log)
+            yield bookie
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def shell(self, *args: str, v2: bool = False, timeout: float = SHELL_TIMEOUT) -> str:
+        """Run a ``BookieShell`` command as a client of this root; its output, which must
+        not report a failure (the shell exits 0 even when a client command failed)."""
+        conf = self.conf("shell", 0, self.work / "shell", useV2WireProtocol=str(v2).lower())
+        done = subprocess.run(
+            self._java("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), *args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        out = done.stdout + done.stderr
+        if done.returncode != 0 or "Failed to process command" in out:
+            raise AssertionError(
+                f"upstream shell {' '.join(args)} failed ({done.returncode}):\n{out[-4000:]}"
+            )
+        return out
+
+    def simpletest(self, ensemble: int, write: int, ack: int, entries: int, *, v2: bool) -> str:
+        """Upstream's client creates a ledger, writes ``entries``, reads them back
+        unconfirmed, closes, reads them confirmed, and deletes the ledger."""
+        out = self.shell(
+            "simpletest", "-e", str(ensemble), "-w", str(write), "-a", str(ack),
+            "-n", str(entries), v2=v2,
+        )  # fmt: skip
+        assert f"{entries} entries written to ledger" in out, out[-4000:]
+        return out
+
+    def read_ledger(self, ledger_id: int, *, recover: bool = False, v2: bool = False) -> list[int]:
+        """Entry ids upstream's client reads from the ledger (``-r``: open with recovery)."""
+        args = ["readledger", "-l", str(ledger_id), "-fe", "0"]
+        if recover:
+            args.append("-r")
+        out = self.shell(*args, v2=v2)
+        return [int(m) for m in re.findall(r"Lid=\S+, Eid=(-?\d+)", out)]
+
+
+@dataclass
+class Bookiesim:
+    """bookiesim's bookie and CLI client against the same root."""
+
+    root: Root
+    work: Path
+
+    @contextmanager
+    def bookie(
+        self, name: str, port: int | None = None, dirs: Path | None = None
+    ) -> Iterator[Bookie]:
+        port = port or free_port()
+        dirs = dirs or self.work / name
+        settings = [
+            f"bookiePort={port}",
+            f"bookieAddress={HOST}",
+            "httpServerPort=0",
+            f"metadataServiceUri={self.root.uri}",
+            f"journalDirectory={dirs / 'journal'}",
+            f"ledgerDirectories={dirs / 'ledgers'}",
+            "journalPreAllocSizeMB=1",
+            "flushInterval=1000",
+        ]
+        args = [sys.executable, "-m", "bookiesim.sim.cli", "bookie"]
+        for setting in settings:
+            args += ["--set", setting]
+        log = self.work / f"{name}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
+        bookie = Bookie("bookiesim", port, dirs, proc, log)
+        try:
+            self.root.wait_registered(bookie.bookie_id, proc, log)
+            yield bookie
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def ledger(self, *args: str, v2: bool = False, stdin: str | None = None) -> str:
+        cmd = [sys.executable, "-m", "bookiesim.sim.cli", "ledger", *args]
+        cmd += ["--metadata", self.root.uri]
+        if v2:
+            cmd += ["--use-v2-wire-protocol"]
+        done = subprocess.run(
+            cmd, input=stdin, capture_output=True, text=True, timeout=SHELL_TIMEOUT, check=False
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"bookiesim ledger {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def write_ledger(
+        self, ensemble: int, write: int, ack: int, entries: int, *, v2: bool = False
+    ) -> int:
+        ledger_id = int(
+            self.ledger("create", "-e", str(ensemble), "-w", str(write), "-a", str(ack), v2=v2)
+        )
+        self.ledger("write", str(ledger_id), "--count", str(entries), "--size", "100", v2=v2)
+        return ledger_id
+
+    def read_ids(self, ledger_id: int, *, v2: bool = False) -> list[int]:
+        import json
+
+        out = self.ledger("read", str(ledger_id), "--json", v2=v2)
+        return [int(json.loads(line)["entryId"]) for line in out.splitlines() if line.strip()]
