@@ -19,6 +19,13 @@ write the same files so upstream tools can read ours and the other way round::
     ...           zero fill up to 1024
     1024+8e 8     long location of entry e (0 = no entry)
 
+After the header the file holds whole pages of 1024 locations (8192 bytes), zero-filled
+where there is no entry, as upstream's ``IndexPersistenceMgr`` writes them: upstream reads an
+entry's page whole, so a file that ends inside a page is a short read (EIO) for the entries
+of that page. Every write here pads the last page (files of the previous bookiesim, which
+ended at the last location, are read as they are and padded by their next write, or by
+:func:`pad_index_files` when the bookie adopts their directories).
+
 Theory of operation. The bookie calls :meth:`LedgerIndex.set_location` on its add path, once
 per entry, so that call is a dict assignment and nothing else: locations and header changes
 stay in memory ("dirty") until :meth:`LedgerIndex.flush`, which writes each ledger's dirty
@@ -81,11 +88,13 @@ __all__ = [
     "IndexFormatError",
     "IndexHeader",
     "LedgerExistsError",
+    "PAGE_SIZE",
     "LedgerIndex",
     "NoSuchLedgerError",
     "decode_header",
     "encode_header",
     "index_path",
+    "pad_index_files",
     "parse_index_file_name",
 ]
 
@@ -116,6 +125,8 @@ WRITE_STEP_FILE_COST: Final = 64
 """A file's fixed cost in a checkpoint (descriptor, header, pwrite), in locations: so that
 thousands of ledgers with one new entry each also let the owner in between."""
 _PAGE_SLOTS: Final = 1024  # upstream's pageSize of 8192 bytes; our unit for scanning reads
+PAGE_SIZE: Final = _PAGE_SLOTS * 8
+"""Upstream's ``pageSize``: an index file is the header plus a whole number of these."""
 _FIXED_HEADER: Final = 4 + 4 + 4 + 4 + 4  # signature, version, key length, state, lac length
 _INT = struct.Struct(">i")
 _LOCATION = struct.Struct(">q")
@@ -322,6 +333,7 @@ class IndexFile:
         "_disk_slots",
         "_explicit_lac",
         "_fd",
+        "_file_size",
         "_header_dirty",
         "_last_on_disk",
         "_master_key",
@@ -366,6 +378,7 @@ class IndexFile:
         self._pending: dict[int, int] = {}
         self._pending_max = -1
         self._disk_slots = 0  # complete 8-byte location slots in the file
+        self._file_size = 0  # bytes in the file, as far as this object wrote or saw it
         self._last_on_disk: int | None = None if on_disk else -1  # None = not scanned yet
         self._unsynced = False  # written since the last fsync
         self._new_dirs: list[Path] = []  # directories whose entries must be fsynced
@@ -417,6 +430,7 @@ class IndexFile:
         index_file._state_bits = header.state_bits
         index_file._explicit_lac = header.explicit_lac
         index_file._disk_slots = max(0, (size - HEADER_SIZE) // _SLOT)
+        index_file._file_size = size
         return index_file
 
     # -- header fields --------------------------------------------------------------------
@@ -596,6 +610,7 @@ class IndexFile:
             _pwrite_full(self._io_fd(), encode_header(self.header), 0)
             self._header_dirty = False
             self._unsynced = True
+            self._file_size = max(self._file_size, HEADER_SIZE)
         if self._pending:
             pending = self._pending
             keys = list(pending)
@@ -614,11 +629,30 @@ class IndexFile:
                 self._unsynced = True
                 yield len(part)
             last = ids[-1]
+            self._file_size = max(self._file_size, HEADER_SIZE + _SLOT * (last + 1))
+            self._pad_last_page()  # before the state moves on: a failure leaves it pending
             self._disk_slots = max(self._disk_slots, last + 1)
             if self._last_on_disk is not None:
                 self._last_on_disk = max(self._last_on_disk, last)
             self._pending = {}
             self._pending_max = -1
+        else:
+            self._pad_last_page()  # a header-only write pads a file of the previous version
+
+    def _pad_last_page(self) -> None:
+        """Extend the file to a whole last page, as upstream writes and expects it.
+
+        One ftruncate when a write first reaches into a new page (every 1024 entries of an
+        appending ledger), none otherwise: the size is tracked, not asked for. The extension
+        reads as zeros, which is "no entry"."""
+        data = self._file_size - HEADER_SIZE
+        if data <= 0 or data % PAGE_SIZE == 0:
+            return
+        size = HEADER_SIZE + -(-data // PAGE_SIZE) * PAGE_SIZE
+        os.ftruncate(self._io_fd(), size)
+        self._file_size = size
+        self._disk_slots = max(self._disk_slots, (size - HEADER_SIZE) // _SLOT)
+        self._unsynced = True
 
     @staticmethod
     def _write_locations(fd: int, ids: list[int], locations: list[int]) -> None:
@@ -1037,6 +1071,33 @@ class LedgerIndex:
             index_file._check()
         for ledger_id, path in self._paths.items():
             assert any(path == index_path(d, ledger_id) for d in self._dirs)
+
+
+def pad_index_files(index_dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Pad every index file under ``index_dirs`` that ends inside a page; return them.
+
+    For directories of the previous bookiesim, whose files ended at their last location:
+    an upstream bookie or shell reads those pages whole and fails on them. Extending only
+    adds zeros (no entry), so a crash halfway leaves every file readable, and running it
+    again finishes the job. Files that are not ledger indexes where upstream looks are left
+    alone."""
+    padded: list[Path] = []
+    for index_dir in index_dirs:
+        current = Path(index_dir) / "current"
+        if not current.is_dir():
+            continue
+        for level2 in _subdirs(_subdirs(current)):
+            with os.scandir(level2) as files:
+                found = [(e.name, e.path) for e in files if e.is_file(follow_symlinks=False)]
+            for name, path in sorted(found):
+                ledger_id = _ledger_id_of(name)
+                if ledger_id is None or Path(path) != index_path(index_dir, ledger_id):
+                    continue
+                data = os.stat(path).st_size - HEADER_SIZE
+                if data > 0 and data % PAGE_SIZE:
+                    os.truncate(path, HEADER_SIZE + -(-data // PAGE_SIZE) * PAGE_SIZE)
+                    padded.append(Path(path))
+    return padded
 
 
 def _subdirs(parents: Path | Iterable[Path]) -> Iterator[Path]:

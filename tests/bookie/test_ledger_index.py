@@ -29,6 +29,7 @@ from hypothesis.stateful import (
 from bookiesim.bookie import ledger_index as li
 from bookiesim.bookie.ledger_index import (
     HEADER_SIZE,
+    PAGE_SIZE,
     IndexFile,
     IndexFormatError,
     IndexHeader,
@@ -38,6 +39,7 @@ from bookiesim.bookie.ledger_index import (
     decode_header,
     encode_header,
     index_path,
+    pad_index_files,
 )
 
 KEY = bytes.fromhex("850bf1071c5e3d8c24235676f8816ae0cbe2f14f")
@@ -82,7 +84,8 @@ def test_header_bytes_equal_hand_built_layout(tmp_path: Path) -> None:
     index.flush()
     data = (tmp_path / "current/0/7/7.idx").read_bytes()
     assert data[:HEADER_SIZE] == hand_built_header(KEY, 1, LAC_BLOB)
-    assert data[HEADER_SIZE:] == struct.pack(">qqq", (3 << 32) | 1028, 0, (3 << 32) | 2000)
+    locations = struct.pack(">qqq", (3 << 32) | 1028, 0, (3 << 32) | 2000)
+    assert data[HEADER_SIZE:] == locations + bytes(PAGE_SIZE - len(locations))  # a whole page
     # Spelled out once, byte by byte, for the reader:
     assert data[:4] == b"BKLE"
     assert data[4:8] == b"\0\0\0\x01"  # version
@@ -841,3 +844,120 @@ def test_a_checkpoint_writes_every_location_whatever_the_order_of_the_adds(
     expected = [(e, ((4 if e == 5 else 3) << 32) | e) for e in range(2_000)]
     assert list(reopened.entries(7)) == expected
     reopened.close()
+
+
+# -- whole pages, as upstream writes and reads them ----------------------------------------
+
+
+def whole_pages(size: int) -> bool:
+    return size >= HEADER_SIZE and (size - HEADER_SIZE) % PAGE_SIZE == 0
+
+
+writes = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(min_value=0, max_value=5000), locations),
+        st.tuples(st.just("fence"), st.just(0), st.just(0)),
+        st.tuples(st.just("lac"), st.just(0), st.just(0)),
+        st.tuples(st.just("flush"), st.just(0), st.just(0)),
+        st.tuples(st.just("reopen"), st.just(0), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=writes)
+def test_every_write_leaves_header_plus_whole_pages(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int]]
+) -> None:
+    # Upstream reads an entry's 8 KiB page whole: a file ending inside a page is EIO there.
+    base = tmp_path_factory.mktemp("pages")
+    index = LedgerIndex([base])
+    index.create_ledger(1, KEY)
+    path = index_path(base, 1)
+    model: dict[int, int] = {}
+    for op, entry_id, location in steps:
+        if op == "add":
+            index.set_location(1, entry_id, location)
+            model[entry_id] = location
+        elif op == "fence":
+            index.set_fenced(1)
+        elif op == "lac":
+            index.set_explicit_lac(1, LAC_BLOB)
+        elif op == "flush":
+            index.flush()
+        else:
+            index.close()
+            index = LedgerIndex([base])
+        if path.exists():
+            assert whole_pages(path.stat().st_size), (op, path.stat().st_size)
+    index.close()
+    size = path.stat().st_size
+    assert size == HEADER_SIZE + PAGE_SIZE * -(-(max(model, default=-1) + 1) // 1024)
+    reopened = LedgerIndex([base])
+    assert list(reopened.entries(1)) == sorted(model.items())
+    reopened._check()
+    reopened.close()
+
+
+def test_a_thousand_entries_make_one_page_like_upstream(tmp_path: Path) -> None:
+    # The file upstream's shell failed on (ShortReadException ... .idx@9024) is now 9216
+    # bytes, the size of upstream's own files in the vectors (disk/, 20 entries).
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(0, KEY)
+    for e in range(1000):
+        index.set_location(0, e, (1 << 32) | (1028 + 140 * e))
+    index.close()
+    assert index_path(tmp_path, 0).stat().st_size == HEADER_SIZE + PAGE_SIZE == 9216
+    index = LedgerIndex([tmp_path])
+    index.set_location(0, 1024, 5)  # the first entry of the second page adds a page
+    index.close()
+    assert index_path(tmp_path, 0).stat().st_size == HEADER_SIZE + 2 * PAGE_SIZE
+
+
+def old_shape_file(index_dir: Path, ledger_id: int, count: int) -> Path:
+    """An index as the previous bookiesim left it: header, then exactly ``count`` slots."""
+    path = index_path(index_dir, ledger_id)
+    path.parent.mkdir(parents=True)
+    slots = b"".join(struct.pack(">q", (2 << 32) | (1028 + e)) for e in range(count))
+    path.write_bytes(hand_built_header(KEY, 0, None) + slots)
+    return path
+
+
+def test_previous_version_files_read_and_get_padded_by_the_next_write(tmp_path: Path) -> None:
+    path = old_shape_file(tmp_path, 3, 1000)
+    assert path.stat().st_size == 9024
+    index = LedgerIndex([tmp_path])
+    assert index.last_entry_id(3) == 999
+    assert index.get_location(3, 999) == (2 << 32) | (1028 + 999)
+    assert len(list(index.entries(3))) == 1000
+    assert path.stat().st_size == 9024  # reading changes nothing
+    index.set_fenced(3)  # a header-only write pads too
+    index.flush()
+    assert path.stat().st_size == 9216
+    assert index.last_entry_id(3) == 999
+    index.set_location(3, 1000, 77)
+    index.close()
+    reopened = LedgerIndex([tmp_path])
+    assert reopened.is_fenced(3)
+    assert list(reopened.entries(3))[-2:] == [(999, (2 << 32) | 2027), (1000, 77)]
+    reopened._check()
+    reopened.close()
+    assert path.stat().st_size == 9216
+
+
+def test_pad_index_files_pads_only_what_ends_inside_a_page(tmp_path: Path) -> None:
+    old = old_shape_file(tmp_path, 0x105, 3)
+    already = old_shape_file(tmp_path, 7, 1024)
+    header_only = old_shape_file(tmp_path, 8, 0)
+    stray = tmp_path / "current" / "0" / "7" / "notes.txt"
+    stray.write_bytes(b"x")
+    assert pad_index_files([tmp_path, tmp_path / "missing"]) == [old]
+    assert old.stat().st_size == 9216
+    assert already.stat().st_size == 9216
+    assert header_only.stat().st_size == HEADER_SIZE
+    assert stray.stat().st_size == 1
+    index = LedgerIndex([tmp_path])
+    assert list(index.entries(0x105)) == [(e, (2 << 32) | (1028 + e)) for e in range(3)]
+    index.close()
+    assert pad_index_files([tmp_path]) == []
