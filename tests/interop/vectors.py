@@ -10,11 +10,20 @@ Add a function here per kind of vector rather than spelling paths in tests.
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "disk_dir", "extract_bookie_data", "upstream_dir"]
+__all__ = [
+    "REPO_ROOT",
+    "disk_dir",
+    "extract_bookie_data",
+    "upstream_dir",
+    "wire_dir",
+    "wire_frames",
+    "wire_session_frames",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSION = "upstream-4.17.4"
@@ -46,3 +55,27 @@ def extract_bookie_data(dest: Path) -> Path:
     with tarfile.open(disk_dir() / "bookie-data.tar.gz") as tar:
         tar.extractall(dest, filter="data")
     return dest
+
+
+def wire_dir() -> Path:
+    """``wire/``: frames between upstream's client and an upstream bookie, v3 and v2."""
+    return upstream_dir() / "wire"
+
+
+def wire_frames() -> list[dict[str, object]]:
+    """Every line of ``wire/frames.jsonl`` in capture order: ``{"event": "open", "conn",
+    "session"}`` for a new connection, else ``{"conn", "session", "dir", "len", "hex"}``
+    (``dir`` is ``c2b`` or ``b2c``; ``hex`` is the frame without its length prefix)."""
+    path = wire_dir() / "frames.jsonl"
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def wire_session_frames(conn: int, direction: str) -> list[bytes]:
+    """The frame bodies of one recorded connection in one direction (``c2b``/``b2c``), in
+    the order they were sent."""
+    return [
+        bytes.fromhex(str(line["hex"]))
+        for line in wire_frames()
+        if line.get("conn") == conn and line.get("dir") == direction
+    ]
