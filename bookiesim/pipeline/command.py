@@ -8,7 +8,10 @@ Local mode with every core unless ``--master`` names another; the same file runs
 
 Inputs are checked before Spark starts: a file that is not an entry log stops the job with
 its path and the reason (exit 1), unless ``--skip-bad-files``, which goes on and lists what
-it skipped. Each job writes Parquet under ``--output`` and prints a summary.
+it skipped. A log never written (0 bytes: every upstream ledger dir has one) is counted as
+empty, not bad. Each ledger dir is its own bookie, named by its cookie's bookie id or its path
+(``bookiesim/pipeline/bookies.py``); dirs that would share a name are renamed by their paths,
+with a note. Each job writes Parquet under ``--output`` and prints a summary.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bookiesim.pipeline.inputs import DEFAULT_MAX_SPLIT_BYTES, InputError, find_log_files
+from bookiesim.pipeline.inputs import (
+    DEFAULT_MAX_SPLIT_BYTES,
+    BookieNameError,
+    InputError,
+    find_logs,
+)
 
 __all__ = ["main", "register"]
 
@@ -187,11 +195,13 @@ def _master(args: argparse.Namespace) -> str | None:
 
 
 def run_job(args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    files, skipped = find_log_files(
-        args.input, bookie=args.bookie, skip_bad_files=args.skip_bad_files
-    )
+    found = find_logs(args.input, bookie=args.bookie, skip_bad_files=args.skip_bad_files)
+    files, skipped = found.files, found.skipped
     if not files:
-        raise JobError(f"no entry logs under {', '.join(args.input)}")
+        never = f" ({len(found.empty)} never written)" if found.empty else ""
+        raise JobError(f"no entries in entry logs under {', '.join(args.input)}{never}")
+    for note in found.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
     for bad in skipped:
         console.print(f"skipped {bad}", markup=False, soft_wrap=True)
     output = Path(args.output)
@@ -227,6 +237,8 @@ def run_job(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     )
     result: dict[str, Any] = {"job": args.job, "output": str(output), "files": len(files)}
     result["skippedFiles"] = [str(bad) for bad in skipped]
+    result["emptyFiles"] = len(found.empty)
+    result["bookies"] = sorted({f.bookie for f in files})
     with stage_progress(spark, console, args.job):
         if args.job == "inventory":
             from bookiesim.pipeline.jobs.inventory import inventory
@@ -354,7 +366,7 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     try:
         result = run_job(args, console)
-    except (JobError, InputError) as exc:
+    except (JobError, InputError, BookieNameError) as exc:
         errors.print(f"pipeline {args.job}: {exc}", markup=False)
         return 1
     if args.json:

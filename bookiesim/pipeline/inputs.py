@@ -1,10 +1,15 @@
 """Which entry logs a pipeline reads, which bookie each belongs to, and how they are split.
 
-Inputs are files or directories (searched recursively for ``<hex id>.log``). A log's bookie
-is the ``bookie`` option when given, else read off its path: in a bookie's layout
-``<bookie>/<ledger dir>/current/<id>.log`` it is ``<bookie>`` (``bookie-2`` for a
-``bookiesim cluster`` dir, ``bk`` for ``/var/bk/ledgers/current/1a.log``); elsewhere it is the
-file's directory name.
+Inputs are files or directories (searched recursively for ``<hex id>.log``); a file reached
+twice (the same input given twice, or inside two inputs) is read once. A log's bookie is the
+``bookie`` option when given, else its ledger dir's name (:mod:`bookiesim.pipeline.bookies`):
+the bookie id in the dir's cookie, else read off its path (``A/bookie-1/current/0.log`` →
+``bookie-1``, ``/var/bk/ledgers/current/1a.log`` → ``bk``), and two dirs never share a
+name unless their cookies say they are one bookie's.
+
+A log with no header — 0 bytes, or a header cut short — was created and never written (an
+upstream bookie always leaves one, opened just before it stopped): it holds no entries, so it
+is counted as empty, not as a bad file.
 
 Splits: a log up to ``max_split_bytes`` is one split. A bigger one is cut at record offsets,
 because a record can only be found by walking the chain of size fields from the header: the
@@ -26,19 +31,35 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bookiesim.entrylog.format import HEADER_SIZE, EntryLogFormatError, parse_log_file_name
+from bookiesim.entrylog.format import (
+    HEADER_SIZE,
+    MAGIC,
+    EntryLogFormatError,
+    parse_log_file_name,
+)
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
+from bookiesim.pipeline.bookies import (
+    BookieNameError,
+    LedgerDir,
+    ledger_dir_of,
+    name_ledger_dirs,
+    path_name,
+    read_cookie,
+)
 
 __all__ = [
     "DEFAULT_MAX_PARTITION_BYTES",
     "DEFAULT_MAX_SPLIT_BYTES",
     "TASKS_PER_CORE",
+    "BookieNameError",
+    "FoundLogs",
     "InputError",
     "LogFile",
     "Split",
     "bookie_of",
     "find_log_files",
+    "find_logs",
     "pack_splits",
     "plan_splits",
 ]
@@ -89,56 +110,113 @@ class Split:
     """Bytes of the file the split covers (for packing splits into partitions)."""
 
 
+@dataclass(frozen=True)
+class FoundLogs:
+    """What :func:`find_logs` found under the inputs."""
+
+    files: list[LogFile]
+    skipped: list[InputError]
+    """Unreadable files (only with skip-bad-files)."""
+    empty: list[LogFile]
+    """Logs created and never written (no header): no entries, not an error."""
+    notes: list[str]
+    """Ledger dirs renamed so that two bookies' logs are not counted as one."""
+
+
 def bookie_of(path: Path) -> str:
-    parent = path.parent
-    if parent.name == "current" and len(parent.parents) >= 2:
-        return parent.parent.parent.name or parent.parent.name
-    return parent.name
+    """The bookie a log's path names (its cookie and the other inputs aside)."""
+    return path_name(ledger_dir_of(path)[0])
 
 
 def _candidates(paths: Iterable[str]) -> Iterator[Path]:
+    seen: set[str] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             found = []
             for root, _, names in os.walk(path):
                 found += [Path(root) / n for n in names if parse_log_file_name(n) is not None]
-            yield from sorted(found)
+            found.sort()
         elif path.exists():
-            yield path
+            found = [path]
         else:
             raise InputError(path, "no such file or directory")
+        for f in found:
+            if (real := os.path.realpath(f)) not in seen:
+                seen.add(real)
+                yield f
 
 
-def find_log_files(
+def _never_written(path: Path) -> bool:
+    """A log shorter than its header that holds zeros or the start of a header: a bookie
+    created it and stopped (or crashed) before writing anything after the header."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_SIZE)
+    if len(head) >= HEADER_SIZE:
+        return False
+    return not head.strip(b"\0") or head.startswith(MAGIC) or MAGIC.startswith(head)
+
+
+def _read_log(path: Path) -> tuple[int, int]:
+    """``(log id, size)`` of a log whose header is good; :class:`InputError` otherwise."""
+    log_id = parse_log_file_name(path.name)
+    if log_id is None:
+        raise InputError(path, "not an entry log name (<hex id>.log)")
+    try:
+        with EntryLogReader(path, log_id) as reader:
+            size = reader.size()
+            if size < HEADER_SIZE and _never_written(path):
+                return log_id, size
+            reader.read_header()
+    except EntryLogFormatError as exc:
+        raise InputError(path, str(exc).removeprefix(f"{path}: ")) from exc
+    except OSError as exc:
+        raise InputError(path, exc.strerror or str(exc)) from exc
+    return log_id, size
+
+
+def find_logs(
     paths: Iterable[str], *, bookie: str | None = None, skip_bad_files: bool = False
-) -> tuple[list[LogFile], list[InputError]]:
-    """Every entry log under ``paths``, its header checked; and the files skipped.
+) -> FoundLogs:
+    """Every entry log under ``paths``, its header checked and its bookie named.
 
-    Without ``skip_bad_files`` the first unreadable file raises :class:`InputError`.
+    Without ``skip_bad_files`` the first unreadable file raises :class:`InputError`; two
+    ledger dirs that cannot be told apart raise :class:`BookieNameError` (naming both).
     """
-    files: list[LogFile] = []
+    found: list[tuple[Path, int, int]] = []
     skipped: list[InputError] = []
     for path in _candidates(paths):
         try:
-            log_id = parse_log_file_name(path.name)
-            if log_id is None:
-                raise InputError(path, "not an entry log name (<hex id>.log)")
-            try:
-                with EntryLogReader(path, log_id) as reader:
-                    reader.read_header()
-                    size = reader.size()
-            except EntryLogFormatError as exc:
-                raise InputError(path, str(exc).removeprefix(f"{path}: ")) from exc
-            except OSError as exc:
-                raise InputError(path, exc.strerror or str(exc)) from exc
+            log_id, size = _read_log(path)
         except InputError as exc:
             if not skip_bad_files:
                 raise
             skipped.append(exc)
             continue
-        files.append(LogFile(str(path), bookie or bookie_of(path), log_id, size))
-    return files, skipped
+        found.append((path, log_id, size))
+    names: dict[Path, str] = {}
+    notes: list[str] = []
+    if bookie is None:
+        dirs: dict[Path, LedgerDir] = {}
+        for path, _, _ in found:
+            ledger_dir, logs = ledger_dir_of(path)
+            if ledger_dir not in dirs or logs.name == "current":
+                dirs[ledger_dir] = LedgerDir(ledger_dir, logs, read_cookie(logs))
+        names, notes = name_ledger_dirs(dirs.values())
+    files: list[LogFile] = []
+    empty: list[LogFile] = []
+    for path, log_id, size in found:
+        name = bookie if bookie is not None else names[ledger_dir_of(path)[0]]
+        (files if size >= HEADER_SIZE else empty).append(LogFile(str(path), name, log_id, size))
+    return FoundLogs(files, skipped, empty, notes)
+
+
+def find_log_files(
+    paths: Iterable[str], *, bookie: str | None = None, skip_bad_files: bool = False
+) -> tuple[list[LogFile], list[InputError]]:
+    """:func:`find_logs`' logs with entries to read, and the files it skipped."""
+    found = find_logs(paths, bookie=bookie, skip_bad_files=skip_bad_files)
+    return found.files, found.skipped
 
 
 def record_boundaries(path: str, log_id: int, every: int) -> list[int]:
