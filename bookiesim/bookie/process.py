@@ -3,6 +3,11 @@
 :class:`BookieService` wires a :class:`~bookiesim.bookie.bookie.Bookie` to its v3 server and
 its admin/metrics HTTP server. The command line (``bookiesim bookie``) runs one per process;
 tests and experiments run several in one process through :mod:`bookiesim.testing`.
+
+Start-up order, as upstream's: with a ``metadataServiceUri`` the store session is opened
+first and the cluster's identity ensured (``LAYOUT``, ``INSTANCEID``); then the cookies are
+checked and stamped (:mod:`.cookie_check`), and only then does the ledger storage open, the
+journal replay, the server listen and the bookie register, on that one session.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from bookiesim import __version__
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie.cookie_check import CookieError, check_cookies
 from bookiesim.bookie.gc_admin import add_gc_routes
 from bookiesim.bookie.handlers import RequestProcessor
 from bookiesim.bookie.http_admin import (
@@ -34,6 +40,7 @@ from bookiesim.bookie.http_admin import (
 )
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.bookie.server import BookieServer
+from bookiesim.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -52,15 +59,44 @@ class BookieAddress:
 
 
 class BookieService:
-    """A bookie with its servers; :meth:`run` serves until cancelled."""
+    """A bookie with its servers; :meth:`run` checks the cookies, then serves until
+    cancelled. :attr:`bookie`, :attr:`processor` and :attr:`server` exist once the cookies
+    are checked (the storage must not open before)."""
 
     def __init__(self, cfg: BookieConfig) -> None:
         self.cfg = cfg
         self.metrics = BookieMetrics()
-        self.bookie = Bookie(cfg, self.metrics)
-        self.processor = RequestProcessor(self.bookie)
-        self.server = BookieServer(self.processor, max_frame_size=cfg.netty_max_frame_size_bytes)
+        self._bookie: Bookie | None = None
+        self._server: BookieServer | None = None
         self.address: BookieAddress | None = None
+
+    def _not_started(self) -> RuntimeError:
+        return RuntimeError("the bookie is not started: BookieService.run opens it")
+
+    @property
+    def bookie(self) -> Bookie:
+        if self._bookie is None:
+            raise self._not_started()
+        return self._bookie
+
+    @property
+    def server(self) -> BookieServer:
+        if self._server is None:
+            raise self._not_started()
+        return self._server
+
+    @property
+    def processor(self) -> RequestProcessor:
+        processor = self.server.processor
+        assert isinstance(processor, RequestProcessor)
+        return processor
+
+    def _open_bookie(self) -> None:
+        """Open the storage and journal (only after the cookies are checked)."""
+        bookie = Bookie(self.cfg, self.metrics)
+        processor = RequestProcessor(bookie)
+        self._server = BookieServer(processor, max_frame_size=self.cfg.netty_max_frame_size_bytes)
+        self._bookie = bookie
 
     def admin_router(self) -> AdminRouter:
         router = AdminRouter()
@@ -98,7 +134,32 @@ class BookieService:
     async def run(
         self, *, task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """Check the cookies (:class:`CookieError` if this bookie must not start), open
+        the bookie, serve and register; until cancelled."""
         cfg = self.cfg
+        if not cfg.metadata_service_uri:
+            await check_cookies(cfg)
+            await self._serve(None, task_status=task_status)
+            return
+        # The metadata store's code is only loaded by bookies that use one.
+        from bookiesim.metadata import open_store
+        from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
+
+        async with open_store(cfg.metadata_service_uri) as store:
+            instance = await ensure_cluster(store)
+            await check_cookies(
+                cfg, store=store, ledgers_root=ledgers_root_of(store), instance_id=instance
+            )
+            await self._serve(store, task_status=task_status)
+
+    async def _serve(
+        self,
+        store: MetadataStore | None,
+        *,
+        task_status: trio.TaskStatus[BookieAddress],
+    ) -> None:
+        cfg = self.cfg
+        self._open_bookie()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.bookie.run)
             bookie_port = await nursery.start(
@@ -108,12 +169,13 @@ class BookieService:
                 serve_admin, self.admin_router(), cfg.http_server_host, cfg.http_server_port
             )
             self.address = BookieAddress(cfg.bookie_address, bookie_port, http_port)
-            if cfg.metadata_service_uri:
-                await nursery.start(self._stay_registered, self.address)
+            if store is not None:
+                await nursery.start(self._stay_registered, store, self.address)
             task_status.started(self.address)
 
     async def _stay_registered(
         self,
+        store: MetadataStore,
         address: BookieAddress,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -121,7 +183,6 @@ class BookieService:
         """Register in the metadata store (an ephemeral node that vanishes with this
         process) for as long as the bookie serves; clients find bookies there. GC lists the
         store's ledgers through the same session to find the deleted ones."""
-        from bookiesim.metadata import open_store
         from bookiesim.metadata.ledgers import LedgerManager
         from bookiesim.metadata.registration import (
             FEATURE_WRITE_CLOSE,
@@ -140,10 +201,7 @@ class BookieService:
             features=frozenset(features),
             pid=os.getpid(),
         )
-        async with (
-            open_store(self.cfg.metadata_service_uri) as store,
-            register_bookie(store, info) as registration,
-        ):
+        async with register_bookie(store, info) as registration:
             gc = self.bookie.gc
             gc.ledger_source = LedgerManager(store)
             try:
@@ -196,6 +254,18 @@ async def run_until_signalled(
     return service.bookie.shutdown_errors
 
 
+def _cookie_errors(exc: BaseException) -> list[CookieError]:
+    """The cookie refusals in ``exc``, however trio's nurseries grouped it; [] if it holds
+    anything else too (then it is not a refusal, and it propagates)."""
+    if isinstance(exc, CookieError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_cookie_errors(e) for e in exc.exceptions]
+        if all(found):
+            return [e for errors in found for e in errors]
+    return []
+
+
 # Why shorter than CPython's 5 ms: a journal fdatasync, a checkpoint or a log creation
 # finishes in a worker thread, which then needs the GIL back from the trio thread; with the
 # trio thread busy serving adds, the worker waits for the switch interval. Measured here
@@ -211,7 +281,16 @@ def main_sync(cfg: BookieConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    errors = trio.run(run_until_signalled, cfg)
+    try:
+        errors = trio.run(run_until_signalled, cfg)
+    except BaseException as exc:
+        refused = _cookie_errors(exc)
+        if not refused:
+            raise
+        # The one line that says which directory and which cookie; nothing was opened.
+        for error in refused:
+            log.error("refusing to start: %s", error)
+        return exit_codes.INVALID_COOKIE
     if errors:
         # Nothing acknowledged is lost (the next start replays the journal), but whoever
         # supervises the process should know that this stop was not clean.

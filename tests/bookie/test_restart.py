@@ -11,9 +11,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import trio
 
+from bookiesim.bookie.cookie_check import CookieError, stamp_cookies
 from bookiesim.bookie.log_mark import read_last_mark
+from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
@@ -40,6 +43,10 @@ async def test_checkpointed_entries_survive_losing_the_journal(tmp_path: Path) -
     shutil.rmtree(cfg.effective_journal_directories[0])
     for ledger_dir in cfg.ledger_directories:
         (ledger_dir / "current" / "lastMark").unlink()
+    # A lost journal disk is what cookies refuse to start on, until an operator says so.
+    with pytest.raises(CookieError, match="journal/current: no cookie"):
+        await BookieService(cfg).run()
+    await stamp_cookies(cfg)  # `bookiesim shell updatecookie`
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         assert svc.bookie.replayed_records == 0
         for ledger_id in range(1, 6):
