@@ -1,9 +1,17 @@
-"""v3 request processing: one function per operation, status codes exactly as §1.7.
+"""Request processing, v3 and v2: one function per operation, status codes exactly as §1.7.
 
 Each handler gets the parsed request and a ``respond`` callable. Operations that finish
 on the spot (reads, most errors) respond before returning; adds respond from the journal's
 completion callback, so no task is spawned per add. Operations that must wait (fencing
 reads, long polls) are run as tasks by the connection: :func:`needs_task` says which.
+
+v2 requests (:mod:`bookiesim.proto.v2`, what Pulsar's brokers send) are served by the same
+operations as v3: what an add, a read or a fencing read does, and which error it fails
+with, lives in the protocol-neutral methods under "operations shared by v3 and v2" and in
+:class:`~bookiesim.bookie.bookie.Bookie`; the ``_v2`` methods only decode arguments and
+encode the answer. Errors carry v3 statuses (:class:`BookieError`) and are answered in v2
+with the same-named v2 code, which is how upstream's v2 processors (``WriteEntryProcessor``,
+``ReadEntryProcessor``) map the same exceptions.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto import v2
+from bookiesim.proto.frames import encode_frame
 from bookiesim.proto.responses import encode_add_response
 
 log = logging.getLogger(__name__)
@@ -30,6 +40,17 @@ OPERATION_NAMES = {value: name.lower() for name, value in pb.OperationType.items
 STATUS_NAMES = {value: name for name, value in pb.StatusCode.items()}
 AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
 DEFERRED_SYNC = 0x1
+MAX_BATCH_READ_SIZE = 5 * 1024 * 1024
+"""Upstream's ``maxBatchReadSize`` default: a v2 batch read answers at most this many bytes
+(or what the request asks, if less), but always at least its first entry."""
+_BATCH_RESPONSE_OVERHEAD = 24 + 8 + 4
+"""What upstream counts before the entries when it sizes a batch read response."""
+V2_NAMES = {
+    v2.OpCode.ADD_ENTRY: "add_entry",
+    v2.OpCode.READ_ENTRY: "read_entry",
+    v2.OpCode.BATCH_READ_ENTRY: "batch_read_entry",
+    v2.OpCode.AUTH: "auth",
+}
 
 
 def _response(request: pb.Request, status: Status) -> pb.Response:
@@ -60,7 +81,7 @@ class RequestProcessor:
         if read.HasField("previousLAC"):
             return True
         fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
-        return fencing and not self.bookie.fence_is_durable(read.ledgerId)
+        return fencing and self.fence_pending(read.ledgerId)
 
     def _finish(
         self, request: pb.Request, response: pb.Response, started: float, respond: Respond
@@ -109,6 +130,51 @@ class RequestProcessor:
             log.exception("unexpected error in a waiting read")
             response = self._error_response(request, pb.EBADREQ)
         self._finish(request, response, started, respond)
+
+    # -- operations shared by v3 and v2 -------------------------------------------------------
+
+    def fence_pending(self, ledger_id: int) -> bool:
+        """A fencing read of this ledger must wait for a fence to become durable (so it
+        needs a task); once the fence is journaled, fencing reads are plain keyed reads."""
+        return not self.bookie.fence_is_durable(ledger_id)
+
+    def check_fence_key(self, ledger_id: int, master_key: bytes | None) -> None:
+        """A fencing read of a ledger whose fence is already durable: only the key is left
+        to check (EUA when it is missing or wrong)."""
+        if master_key is None:
+            raise UnauthorizedError("fencing read without a master key")
+        self.bookie.check_fenced(ledger_id, master_key)
+
+    async def fence(self, ledger_id: int, master_key: bytes | None) -> None:
+        """Fence the ledger and wait until that is durable (EUA without a key, EIO if the
+        fence cannot be journaled)."""
+        if master_key is None:
+            raise UnauthorizedError("fencing read without a master key")
+        await self.bookie.fence(ledger_id, master_key)
+
+    def read_batch(
+        self, ledger_id: int, first: int, max_count: int, max_size: int
+    ) -> tuple[bytes, ...]:
+        """Entries ``first``, ``first + 1``, ... as upstream's batch read collects them: at
+        most ``max_count`` (<= 0: no limit), stopping at the first entry that cannot be read
+        or would take the response past ``max_size`` (capped at :data:`MAX_BATCH_READ_SIZE`)
+        — except the first entry, whose error is the answer and whose size never counts."""
+        limit = min(max_size, MAX_BATCH_READ_SIZE)
+        size = _BATCH_RESPONSE_OVERHEAD
+        entries: list[bytes] = []
+        count = max_count if max_count > 0 else 1 << 62
+        while len(entries) < count:
+            try:
+                body, _ = self.bookie.read_entry(ledger_id, first + len(entries))
+            except BookieError:
+                if not entries:
+                    raise
+                break
+            size += len(body) + 4
+            if entries and size > limit:
+                break
+            entries.append(body)
+        return tuple(entries)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -197,15 +263,18 @@ class RequestProcessor:
         if read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK:
             # Piggyback without previousLAC is malformed (§1.7).
             raise BadRequestError("ENTRY_PIGGYBACK without previousLAC")
-        if read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER:
+        fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+        if fencing:
             # Only here when the fence is already durable (needs_task): check the key.
-            if not read.HasField("masterKey"):
-                raise UnauthorizedError("fencing read without a master key")
-            self.bookie.check_fenced(read.ledgerId, read.masterKey)
+            self.check_fence_key(read.ledgerId, _master_key(read))
         body, lac = self.bookie.read_entry(read.ledgerId, read.entryId)
-        return self._read_response(request, body, lac)
+        return self._read_response(request, body, None if fencing else lac)
 
-    def _read_response(self, request: pb.Request, body: bytes | None, lac: int) -> pb.Response:
+    def _read_response(
+        self, request: pb.Request, body: bytes | None, lac: int | None
+    ) -> pb.Response:
+        """EOK with the entry; ``lac`` is the bookie's LAC for ``maxLAC``, which upstream
+        leaves out of fencing reads' answers (as recorded: conn 5 of the wire vectors)."""
         read = request.readRequest
         response = _response(request, pb.EOK)
         rr = response.readResponse
@@ -214,7 +283,8 @@ class RequestProcessor:
         rr.entryId = read.entryId
         if body is not None:
             rr.body = body
-        rr.maxLAC = lac
+        if lac is not None:
+            rr.maxLAC = lac
         return response
 
     async def _read_waiting(self, request: pb.Request) -> pb.Response:
@@ -222,11 +292,9 @@ class RequestProcessor:
         read = request.readRequest
         bookie = self.bookie
         if read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER:
-            if not read.HasField("masterKey"):
-                raise UnauthorizedError("fencing read without a master key")
-            await bookie.fence(read.ledgerId, read.masterKey)
-            body, lac = bookie.read_entry(read.ledgerId, read.entryId)
-            return self._read_response(request, body, lac)
+            await self.fence(read.ledgerId, _master_key(read))
+            body, _ = bookie.read_entry(read.ledgerId, read.entryId)
+            return self._read_response(request, body, None)
         # Long poll.
         piggyback = read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK
         if piggyback and read.entryId != -1:
@@ -346,6 +414,110 @@ class RequestProcessor:
         )
         return response
 
+    # -- v2 ------------------------------------------------------------------------------
+    # The same operations for v2 packets; answers are framed v2 bytes (flags 0, the
+    # request's version, error codes mapped from the v3 statuses).
+
+    def needs_task_v2(self, request: v2.V2Request) -> bool:
+        """As :meth:`needs_task`: fencing reads until the fence is durable (v2 has no long
+        polls)."""
+        if isinstance(request, v2.ReadRequest | v2.BatchReadRequest) and request.fencing:
+            return self.fence_pending(request.ledger_id)
+        return False
+
+    def process_v2(self, request: v2.V2Request, respond: Respond) -> None:
+        """Handle a v2 request that does not wait."""
+        started = time.perf_counter()
+        if isinstance(request, v2.AuthRequest):
+            # Upstream answers AUTH before any version check, with its own version.
+            self._finish_v2(request, _auth_response_v2(), pb.EOK, started, respond)
+            return
+        if not 0 <= request.version <= v2.CURRENT_PROTOCOL_VERSION:
+            response = _error_v2(request, pb.EBADVERSION)
+            self._finish_v2(request, response, pb.EBADVERSION, started, respond)
+            return
+        try:
+            if isinstance(request, v2.AddRequest):
+                self._add_v2(request, started, respond)
+                return  # answered from the journal callback
+            if request.fencing:
+                # Only here when the fence is already durable (needs_task_v2).
+                self.check_fence_key(request.ledger_id, request.master_key)
+            response = self._read_v2(request)
+        except BookieError as exc:
+            response = _error_v2(request, exc.status)
+        except Exception:
+            log.exception("unexpected error handling a v2 %s", type(request).__name__)
+            response = _error_v2(request, pb.EBADREQ)
+        self._finish_v2(request, response, response.error_code, started, respond)
+
+    async def process_waiting_v2(self, request: v2.V2Request, respond: Respond) -> None:
+        """Fencing reads whose fence is not durable yet."""
+        started = time.perf_counter()
+        assert isinstance(request, v2.ReadRequest | v2.BatchReadRequest)
+        if not 0 <= request.version <= v2.CURRENT_PROTOCOL_VERSION:
+            response = _error_v2(request, pb.EBADVERSION)
+            self._finish_v2(request, response, pb.EBADVERSION, started, respond)
+            return
+        try:
+            await self.fence(request.ledger_id, request.master_key)
+            response = self._read_v2(request)
+        except BookieError as exc:
+            response = _error_v2(request, exc.status)
+        except Exception:
+            log.exception("unexpected error in a waiting v2 read")
+            response = _error_v2(request, pb.EBADREQ)
+        self._finish_v2(request, response, response.error_code, started, respond)
+
+    def _finish_v2(
+        self,
+        request: v2.V2Request,
+        response: v2.V2Response,
+        status: int,
+        started: float,
+        respond: Respond,
+    ) -> None:
+        op = V2_NAMES[_opcode(request)]
+        name = v2.ErrorCode(status).name if status in _V2_CODES else str(status)
+        self.metrics.request(op, name, time.perf_counter() - started)
+        respond(encode_frame(v2.encode_response(response)))
+
+    def _add_v2(self, request: v2.AddRequest, started: float, respond: Respond) -> None:
+        body = request.body
+        header = entry_header(body)
+        version = request.version
+        metrics = self.metrics
+
+        def done(error: BaseException | None) -> None:
+            rc = v2.ErrorCode.EOK if error is None else v2.ErrorCode.EIO
+            respond(v2.encode_add_response(rc, header.ledger_id, header.entry_id, version))
+            metrics.request("add_entry", rc.name, time.perf_counter() - started)
+
+        # v2 has no write flags: no DEFERRED_SYNC.
+        self.bookie.add_entry(
+            body, request.master_key, done, recovery=request.recovery, header=header
+        )
+
+    def _read_v2(
+        self, request: v2.ReadRequest | v2.BatchReadRequest
+    ) -> v2.ReadResponse | v2.BatchReadResponse:
+        if isinstance(request, v2.ReadRequest):
+            body, _ = self.bookie.read_entry(request.ledger_id, request.entry_id)
+            return v2.ReadResponse(
+                v2.ErrorCode.EOK, request.ledger_id, request.entry_id, body, request.version
+            )
+        entries = self.read_batch(
+            request.ledger_id, request.entry_id, request.max_count, request.max_size
+        )
+        return v2.BatchReadResponse(
+            v2.ErrorCode.EOK,
+            request.ledger_id,
+            request.entry_id,
+            request.request_id,
+            entries,
+            request.version,
+        )
+
     _sync_handlers: ClassVar[
         dict[int, Callable[[RequestProcessor, pb.Request, float, Respond], pb.Response | None]]
     ] = {
@@ -359,6 +531,43 @@ class RequestProcessor:
         pb.AUTH: _auth,
         pb.WRITE_CLOSE: _write_close,
     }
+
+
+def _master_key(read: pb.ReadRequest) -> bytes | None:
+    return read.masterKey if read.HasField("masterKey") else None
+
+
+_V2_CODES = frozenset(int(code) for code in v2.ErrorCode)
+
+
+def _opcode(request: v2.V2Request) -> v2.OpCode:
+    if isinstance(request, v2.AddRequest):
+        return v2.OpCode.ADD_ENTRY
+    if isinstance(request, v2.ReadRequest):
+        return v2.OpCode.READ_ENTRY
+    if isinstance(request, v2.BatchReadRequest):
+        return v2.OpCode.BATCH_READ_ENTRY
+    return v2.OpCode.AUTH
+
+
+def _error_v2(
+    request: v2.AddRequest | v2.ReadRequest | v2.BatchReadRequest, status: Status
+) -> v2.AddResponse | v2.ReadResponse | v2.BatchReadResponse:
+    """Upstream's ``ResponseBuilder.buildErrorResponse``: the request's ids and version, the
+    error code, no data."""
+    rc = v2.from_v3_status(status)
+    if isinstance(request, v2.AddRequest):
+        return v2.AddResponse(rc, request.ledger_id, request.entry_id, request.version)
+    if isinstance(request, v2.ReadRequest):
+        return v2.ReadResponse(rc, request.ledger_id, request.entry_id, b"", request.version)
+    return v2.BatchReadResponse(
+        rc, request.ledger_id, request.entry_id, request.request_id, (), request.version
+    )
+
+
+def _auth_response_v2() -> v2.AuthResponse:
+    # Auth is disabled: as in v3, a stray AUTH is answered by the "disabled" plugin.
+    return v2.AuthResponse(AUTH_DISABLED_PLUGIN, b"")
 
 
 def encode_availability(entry_ids: list[int]) -> bytes:

@@ -7,6 +7,12 @@ connection's outgoing buffer whenever they are ready — possibly out of request
 the txnId makes safe — and the writer sends whatever has accumulated in one ``send_all``.
 Batching the writes this way costs one syscall per burst instead of one per response.
 
+Both protocols on one port, as upstream serves them (``BookieProtoEncoding.RequestDecoder``):
+a connection starts in v3; the first frame that does not parse as a v3 ``Request`` is
+decoded as v2 (:mod:`bookiesim.proto.v2`) and the connection stays v2 for good. The v3 loop
+pays nothing for this (a ``try`` around the parse it always did); the switch hands the
+connection to a second loop that decodes v2 only.
+
 A frame that is too large or does not parse closes that connection (logged with the reason);
 the bookie keeps serving every other connection.
 """
@@ -14,12 +20,13 @@ the bookie keeps serving every other connection.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import trio
 
 from bookiesim.bookie.handlers import Respond
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto import v2
 from bookiesim.proto.frames import (
     NEED_DATA,
     FrameDecoder,
@@ -53,6 +60,18 @@ class Processor(Protocol):
     async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
         """Handle a request for which :meth:`needs_task` said yes."""
         ...
+
+
+@runtime_checkable
+class V2Processor(Protocol):
+    """A :class:`Processor` that serves v2 too (the bookie's does; a benchmark's stand-in
+    may not, and then a v2 frame closes the connection as any bad frame does)."""
+
+    def needs_task_v2(self, request: v2.V2Request) -> bool: ...
+
+    def process_v2(self, request: v2.V2Request, respond: Respond) -> None: ...
+
+    async def process_waiting_v2(self, request: v2.V2Request, respond: Respond) -> None: ...
 
 
 class _Outgoing:
@@ -99,8 +118,11 @@ class BookieServer:
 
     def __init__(self, processor: Processor, *, max_frame_size: int) -> None:
         self.processor = processor
+        self.v2_processor = processor if isinstance(processor, V2Processor) else None
         self.max_frame_size = max_frame_size
         self.connections = 0
+        self.v2_connections = 0
+        """Connections that switched to v2 so far (for tests and the curious)."""
 
     async def serve(
         self,
@@ -150,7 +172,13 @@ class BookieServer:
                     return
                 decoder.receive_data(data)
                 while (frame := decoder.next_frame()) is not NEED_DATA:
-                    request = parse_request(frame)
+                    try:
+                        request = parse_request(frame)
+                    except FrameError as exc:
+                        if self.v2_processor is None:
+                            raise
+                        await self._serve_v2(frame, exc, decoder, stream, outgoing, nursery)
+                        return
                     if processor.needs_task(request):
                         nursery.start_soon(processor.process_waiting, request, respond)
                     else:
@@ -159,6 +187,38 @@ class BookieServer:
             log.warning("closing connection from %s: %s", _peer(stream), exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("connection from %s broke", _peer(stream))
+
+    async def _serve_v2(
+        self,
+        first: bytes,
+        v3_error: FrameError,
+        decoder: FrameDecoder,
+        stream: trio.abc.Stream,
+        outgoing: _Outgoing,
+        nursery: trio.Nursery,
+    ) -> None:
+        """The rest of a connection whose frame ``first`` was not v3: decode it and every
+        later frame as v2. Raises :class:`FrameError` for a frame that is not v2 either."""
+        processor = self.v2_processor
+        assert processor is not None
+        respond = outgoing.respond
+        try:
+            request = v2.decode_request(first)
+        except v2.V2FrameError as exc:
+            raise FrameError(f"first frame is neither v3 ({v3_error}) nor v2 ({exc})") from None
+        self.v2_connections += 1
+        log.debug("connection from %s speaks v2", _peer(stream))
+        while True:
+            if processor.needs_task_v2(request):
+                nursery.start_soon(processor.process_waiting_v2, request, respond)
+            else:
+                processor.process_v2(request, respond)
+            while (frame := decoder.next_frame()) is NEED_DATA:
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    return
+                decoder.receive_data(data)
+            request = v2.decode_request(frame)
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -1,21 +1,26 @@
 """The bookie as a client sees it: every v3 operation and status code of reference §1.7,
-through a real socket."""
+and the v2 protocol on the same port (§1.6), through a real socket."""
 
 from __future__ import annotations
 
 import errno
 import os
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from bookiesim.bookie.handlers import decode_availability, encode_availability
+from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
-from bookiesim.client.digest import DigestManager
+from bookiesim.client.digest import DigestManager, master_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto.frames import encode_frame
+from bookiesim.proto import v2
+from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
 from bookiesim.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
 
 KEY_OTHER = b"\x01" * 20
@@ -342,3 +347,170 @@ async def test_a_call_into_a_broken_stream_is_connection_closed_not_a_trio_error
     with pytest.raises(ConnectionClosedError, match="before txnId"):
         await conn.call(request)
     assert conn.in_flight == 0
+
+
+# -- v2 (reference §1.6): the same operations, upstream's v2 codes -----------------------------
+
+
+class V2Client:
+    """A raw v2 connection: send packets, read answers in order (tests only)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+        self.key = master_key(b"")
+
+    async def send(self, request: v2.V2Request) -> None:
+        await self.stream.send_all(encode_frame(v2.encode_request(request)))
+
+    async def receive(self) -> v2.V2Response:
+        while (frame := self.decoder.next_frame()) is NEED_DATA:
+            data = await self.stream.receive_some(1 << 16)
+            if not data:
+                raise ConnectionClosedError("bookie closed the connection")
+            self.decoder.receive_data(data)
+        return v2.decode_response(frame)
+
+    async def call(self, request: v2.V2Request) -> v2.V2Response:
+        await self.send(request)
+        return await self.receive()
+
+    async def add(
+        self, ledger_id: int, entry_id: int, payload: bytes, *, flags: int = 0, **kw: Any
+    ) -> v2.V2Response:
+        lac = kw.pop("lac", entry_id - 1)
+        key = kw.pop("key", self.key)
+        body = DigestManager(ledger_id, b"").package(entry_id, lac, entry_id + 1, payload)
+        return await self.call(v2.AddRequest(key, body, flags))
+
+    async def read(
+        self, ledger_id: int, entry_id: int, *, fence: bool = False, key: bytes | None = None
+    ) -> v2.V2Response:
+        if not fence:
+            return await self.call(v2.ReadRequest(ledger_id, entry_id))
+        flags = v2.FLAG_DO_FENCING | v2.FLAG_HIGH_PRIORITY
+        return await self.call(v2.ReadRequest(ledger_id, entry_id, flags, key or self.key))
+
+
+@asynccontextmanager
+async def v2_client(svc: BookieService) -> AsyncIterator[V2Client]:
+    address = svc.address
+    assert address is not None
+    stream = await trio.open_tcp_stream(address.host, address.bookie_port)
+    async with stream:
+        yield V2Client(stream)
+
+
+def code(response: v2.V2Response) -> str:
+    assert not isinstance(response, v2.AuthResponse)
+    return v2.ErrorCode(response.error_code).name
+
+
+async def test_v2_add_read_and_errors(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, v2_client(svc) as c:
+        for entry_id in range(3):
+            r = await c.add(7, entry_id, b"v2-%d" % entry_id)
+            assert r == v2.AddResponse(v2.ErrorCode.EOK, 7, entry_id)
+        r = await c.read(7, 1)
+        assert isinstance(r, v2.ReadResponse)
+        assert (code(r), r.ledger_id, r.entry_id) == ("EOK", 7, 1)
+        assert DigestManager(7, b"").verify(r.data, expected_entry_id=1).payload == b"v2-1"
+        # Entry -1 is the last entry; the answer keeps the id asked for (as recorded).
+        last = await c.read(7, -1)
+        assert isinstance(last, v2.ReadResponse)
+        assert last.entry_id == -1
+        assert DigestManager(7, b"").verify(last.data).entry_id == 2
+        assert await c.read(99, 0) == v2.ReadResponse(v2.ErrorCode.ENOLEDGER, 99, 0)
+        assert await c.read(7, 9) == v2.ReadResponse(v2.ErrorCode.ENOENTRY, 7, 9)
+        assert code(await c.add(7, 3, b"x", key=KEY_OTHER)) == "EUA"
+        assert code(await c.read(7, 3)) == "ENOENTRY", "a rejected add must store nothing"
+        assert svc.server.v2_connections == 1
+
+
+async def test_v2_fencing_and_recovery_adds(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, v2_client(svc) as c:
+        await c.add(1, 0, b"a")
+        await c.add(1, 1, b"b")
+        assert code(await c.read(1, -1, fence=True, key=KEY_OTHER)) == "EUA"
+        # Version 1 reads carry no key, so a v1 fencing read cannot be authorised.
+        no_key = v2.ReadRequest(1, -1, v2.FLAG_DO_FENCING, None, version=1)
+        assert code(await c.call(no_key)) == "EUA"
+        r = await c.read(1, -1, fence=True)
+        assert isinstance(r, v2.ReadResponse)
+        assert code(r) == "EOK"
+        assert DigestManager(1, b"").verify(r.data).entry_id == 1
+        assert code(await c.add(1, 2, b"c")) == "EFENCED"
+        recovery = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY
+        assert code(await c.add(1, 2, b"c", flags=recovery)) == "EOK"
+        assert code(await c.add(1, 3, b"d", flags=recovery, key=KEY_OTHER)) == "EUA"
+        # The fence is durable now: later fencing reads take the quick path, same answers.
+        assert svc.bookie.fence_is_durable(1)
+        assert code(await c.read(1, 2, fence=True)) == "EOK"
+        assert code(await c.read(1, 5, fence=True)) == "ENOENTRY"
+        assert code(await c.read(1, 0, fence=True, key=KEY_OTHER)) == "EUA"
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as v3:
+        # Fenced over v2 is fenced for v3 too, and it survived the restart.
+        assert status(await v3.add(1, 3, b"late", lac=2)) == "EFENCED"
+
+
+async def test_v2_version_auth_and_batch_read(tmp_path: Path) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, v2_client(svc) as c:
+        for entry_id in range(4):
+            await c.add(2, entry_id, b"e" * 100)
+        # A version the bookie does not speak: EBADVERSION, in the request's own version.
+        r = await c.call(v2.ReadRequest(2, 0, version=3))
+        assert r == v2.ReadResponse(v2.ErrorCode.EBADVERSION, 2, 0, b"", version=3)
+        # The legacy version 0 is still served.
+        r = await c.call(v2.ReadRequest(2, 0, version=0))
+        assert isinstance(r, v2.ReadResponse)
+        assert (code(r), r.version) == ("EOK", 0)
+        r = await c.call(v2.AuthRequest("someplugin", b"hello"))
+        assert r == v2.AuthResponse("AuthDisabledPlugin", b"")
+        batch = await c.call(v2.BatchReadRequest(2, 1, 77, 0, 1 << 20))
+        assert isinstance(batch, v2.BatchReadResponse)
+        assert (code(batch), batch.request_id, len(batch.entries)) == ("EOK", 77, 3)
+        assert [DigestManager(2, b"").verify(e).entry_id for e in batch.entries] == [1, 2, 3]
+        two = await c.call(v2.BatchReadRequest(2, 0, 78, 2, 1 << 20))
+        assert isinstance(two, v2.BatchReadResponse)
+        assert len(two.entries) == 2
+        # The size limit counts 36 bytes of header and 4 per entry, never drops the first.
+        entry_size = len(batch.entries[0])
+        small = await c.call(v2.BatchReadRequest(2, 0, 79, 0, 36 + 2 * (entry_size + 4)))
+        assert isinstance(small, v2.BatchReadResponse)
+        assert len(small.entries) == 2
+        tiny = await c.call(v2.BatchReadRequest(2, 0, 80, 0, 1))
+        assert isinstance(tiny, v2.BatchReadResponse)
+        assert len(tiny.entries) == 1
+        missing = await c.call(v2.BatchReadRequest(2, 9, 81, 0, 1 << 20))
+        assert missing == v2.BatchReadResponse(v2.ErrorCode.ENOENTRY, 2, 9, 81)
+
+
+async def test_v3_and_v2_on_one_port_and_bad_v2_frames_close_only_their_connection(
+    tmp_path: Path,
+) -> None:
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as v3:
+        assert status(await v3.add(1, 0, b"by v3")) == "EOK"
+        async with v2_client(svc) as c:
+            r = await c.read(1, 0)
+            assert isinstance(r, v2.ReadResponse)
+            assert DigestManager(1, b"").verify(r.data).payload == b"by v3"
+            # Once v2, always v2: a v3 frame on this connection is a bad v2 frame.
+            v3_frame = v3.request(pb.READ_ENTRY, readRequest=pb.ReadRequest(ledgerId=1, entryId=0))
+            await c.stream.send_all(encode_frame(v3_frame.SerializeToString()))
+            with pytest.raises(ConnectionClosedError):
+                await c.receive()
+        bad = [
+            bytes.fromhex("02040000") + bytes(8),  # READ_LAC: upstream has no v2 decoding
+            bytes.fromhex("02020000") + bytes(3),  # a torn read
+            b"\xff\xff",  # neither v3 nor v2
+        ]
+        for packet in bad:
+            async with v2_client(svc) as c:
+                await c.stream.send_all(encode_frame(packet))
+                with pytest.raises(ConnectionClosedError):
+                    await c.receive()
+        # Both protocols still served.
+        assert status(await v3.read(1, 0)) == "EOK"
+        async with v2_client(svc) as c:
+            assert code(await c.add(1, 1, b"by v2")) == "EOK"
+        assert status(await v3.read(1, 1)) == "EOK"
