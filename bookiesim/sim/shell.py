@@ -255,6 +255,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     register_mlinfo(commands)
 
+    # Also its own module: it opens the metadata store and writes cookies.
+    from bookiesim.sim.cookie_command import register_cookie_commands
+
+    register_cookie_commands(commands)
+
     gc = commands.add_parser(
         "gc",
         help="force a garbage collection on a running bookie and show its entry logs' usage",

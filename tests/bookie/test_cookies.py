@@ -377,3 +377,57 @@ def test_a_refused_bookie_process_exits_with_its_own_code(tmp_path: Path) -> Non
     assert len(refused) == 1
     assert f"{tmp_path}/journal/current/VERSION: cookie of bookie 127.0.0.1:{port}" in refused[0]
     assert "Traceback" not in proc.stderr
+
+
+# -- bookiesim shell updatecookie ------------------------------------------------------------
+
+
+async def test_updatecookie_refuses_a_running_bookie_and_restamps_a_moved_one(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from bookiesim.sim.cookie_command import UpdateRefusedError, update_cookies
+
+    uri = f"sqlite:///{tmp_path}/meta.db"
+    port = stable_port()
+    cfg = fixed_port_config(tmp_path / "a", port, metadata_service_uri=uri)
+    async with running_bookie(cfg):
+        with pytest.raises(UpdateRefusedError, match=f"bookie 127.0.0.1:{port} is registered"):
+            await update_cookies(cfg)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    moved = fixed_port_config(tmp_path / "b", port, metadata_service_uri=uri)
+    with pytest.raises(CookieError, match="journalDir"):
+        await BookieService(moved).run()
+    lines = await update_cookies(moved)
+    assert lines == [
+        f"stamped {tmp_path}/b/journal/current/VERSION",
+        f"stamped {tmp_path}/b/ledgers/current/VERSION",
+        f"stamped {uri} /ledgers/cookies/127.0.0.1:{port}",
+    ]
+    await write_some(moved)
+    async with open_store(uri) as store:
+        node = await store.get(f"/ledgers/cookies/127.0.0.1:{port}")
+        assert node is not None
+        assert Cookie.decode(node.value) == expected_cookie(moved, await instance_id(store))
+
+
+def test_updatecookie_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bookiesim.sim.cli import main
+
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(
+        f"bookiePort=3999\njournalDirectory={tmp_path}/j\nledgerDirectories={tmp_path}/l\n"
+    )
+    assert main(["shell", "updatecookie", "--conf", str(conf)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"stamped {tmp_path}/j/current/VERSION",
+        f"stamped {tmp_path}/l/current/VERSION",
+    ]
+    cookie = read_dir_cookie(tmp_path / "l" / "current")
+    assert cookie is not None
+    assert cookie.bookie_id == "127.0.0.1:3999"
+    assert main(["shell", "updatecookie", "--set", "noSuchKey=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bookiesim shell updatecookie: ")
+    assert "noSuchKey" in err
