@@ -7,9 +7,11 @@ bookies through the project's client, exactly as a program would:
 ========================  ===================================================================
 ``create -e -w -a``       a new ledger; prints its id (``--json``: ``{"ledgerId": N}``)
 ``write ID``              ``--count N --size BYTES`` generated entries, or one entry per line
-                          of stdin; continues after what the bookies hold (a ledger written
-                          by an earlier ``write`` goes on where it stopped) and ends with an
-                          explicit LAC so that readers see every entry
+                          of stdin, each added as soon as its line arrives (``--print-ids``:
+                          each id printed once acknowledged); continues after what the
+                          bookies hold (a ledger written by an earlier ``write`` goes on where
+                          it stopped) and ends with an explicit LAC so that readers see every
+                          entry
 ``read ID``               entries ``--from A --to B`` (default: all confirmed); ``--json``
                           prints one object per entry
 ``close ID``              CLOSED in the metadata, then WriteClose to the ensemble (BP-32)
@@ -19,8 +21,10 @@ bookies through the project's client, exactly as a program would:
 ``metadata ID``           the ledger's metadata as stored (upstream's LedgerMetadataFormat)
 ========================  ===================================================================
 
-Errors (no such ledger, closed, fenced, wrong password, too few bookies) print one line on
-stderr naming the ledger and exit 1; bad arguments exit 2.
+Errors (no such ledger, closed, fenced, wrong password, too few bookies, no cluster at the
+URI) print one line on stderr naming the ledger or the URI and exit 1, also when trio hands
+them over wrapped in an exception group; bad arguments exit 2. The libraries' log (client,
+ZooKeeper) is shown with ``--verbose`` only, so that a failure is that one line.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import random
 import sys
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +166,33 @@ def _custom_metadata(pairs: list[str]) -> dict[str, bytes]:
     return custom
 
 
-def _stdin_payloads() -> Iterator[bytes]:
-    for line in sys.stdin.buffer:
-        yield line.rstrip(b"\r\n")
+STDIN_CHUNK = 64 * 1024
+"""Bytes asked of stdin per read: one read returns whatever has arrived, up to this."""
+
+
+async def _stdin_payloads() -> AsyncIterator[bytes]:
+    """One payload per line of stdin, each as soon as its line has arrived.
+
+    Iterating ``sys.stdin`` in the trio loop blocked it while waiting for input, so no add
+    went out (nor was acknowledged) until the window filled or input ended. Reads run in a
+    thread instead, a chunk at a time (one thread hop per chunk, not per line); the thread
+    is abandoned on cancellation, so a failed write ends at once rather than at the next
+    line. A last line without a newline is an entry too.
+    """
+    stream = sys.stdin.buffer
+    read = getattr(stream, "read1", stream.read)
+    held = b""
+    while chunk := await trio.to_thread.run_sync(read, STDIN_CHUNK, abandon_on_cancel=True):
+        *lines, held = (held + chunk).split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r")
+    if held:
+        yield held.removesuffix(b"\r")
+
+
+async def _generated(payloads: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for payload in payloads:
+        yield payload
 
 
 # -- actions ---------------------------------------------------------------------------------
@@ -189,25 +217,52 @@ async def create(args: argparse.Namespace, out: LineWriter, console: Console) ->
 
 
 async def _write_all(
-    writer: LedgerHandle, payloads: Iterator[bytes], total: int | None, console: Console
+    writer: LedgerHandle,
+    payloads: AsyncIterator[bytes],
+    total: int | None,
+    console: Console,
+    on_ack: Callable[[int], None] | None = None,
+    caught_up: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
-    """Add every payload, at most ``WRITE_WINDOW`` in flight; returns (entries, bytes).
+    """Add every payload as it comes, at most ``WRITE_WINDOW`` in flight; returns (entries,
+    bytes). ``on_ack`` gets each entry id once the bookies acknowledged it, and
+    ``caught_up`` is called whenever every add made so far is acknowledged.
 
-    Adds complete in entry order, so waiting for the oldest one is enough to bound them."""
+    Two tasks: one takes payloads and adds them (blocking when the window is full), the
+    other waits for the adds in order (they complete in entry order) — so an add is
+    acknowledged, and reported, while the next payload is still awaited."""
     count = size = 0
-    pending: deque[AddFuture] = deque()
+    send, receive = trio.open_memory_channel[AddFuture](WRITE_WINDOW)
+
+    async def add_all() -> None:
+        nonlocal count, size
+        async with send:
+            async for data in payloads:
+                await send.send(writer.append_async(data))
+                count += 1
+                size += len(data)
+
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"ledger {writer.ledger_id}", total=total)
-        for data in payloads:
-            if len(pending) >= WRITE_WINDOW:
-                await pending.popleft().result()
-                progress.advance(task)
-            pending.append(writer.append_async(data))
-            count += 1
-            size += len(data)
-        while pending:
-            await pending.popleft().result()
-            progress.advance(task)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(add_all)
+            async with receive:
+                while True:
+                    try:
+                        future = receive.receive_nowait()
+                    except trio.WouldBlock:
+                        if caught_up is not None:
+                            caught_up()
+                        try:
+                            future = await receive.receive()
+                        except trio.EndOfChannel:
+                            break
+                    except trio.EndOfChannel:
+                        break
+                    entry_id = await future.result()
+                    progress.advance(task)
+                    if on_ack is not None:
+                        on_ack(entry_id)
     return count, size
 
 
@@ -217,14 +272,31 @@ async def write(args: argparse.Namespace, out: LineWriter, console: Console) -> 
     async with _client(args) as bk:
         writer = await bk.resume_ledger(args.ledger_id, password=_password(args))
         first = writer.last_add_pushed + 1
-        payloads: Iterator[bytes]
+        payloads: AsyncIterator[bytes]
         if args.count is None:
             payloads = _stdin_payloads()
         else:
             size = 1024 if args.size is None else args.size
             lid = args.ledger_id
-            payloads = (generated_payload(lid, first + i, size) for i in range(args.count))
-        count, written = await _write_all(writer, payloads, args.count, console)
+            payloads = _generated(
+                generated_payload(lid, first + i, size) for i in range(args.count)
+            )
+
+        def ack(entry_id: int) -> None:
+            if args.json:
+                out.json({"ledgerId": args.ledger_id, "entryId": entry_id})
+            else:
+                out.line(str(entry_id))
+
+        count, written = await _write_all(
+            writer,
+            payloads,
+            args.count,
+            console,
+            on_ack=ack if args.print_ids else None,
+            # A line typed by hand is acknowledged on screen at once, not 50 ms later.
+            caught_up=out.flush if args.print_ids else None,
+        )
         # Without it the bookies' LAC would stop one short (each add carries the LAC before
         # it), and a reader in another process would not see the last entry.
         await writer.write_lac()
@@ -413,6 +485,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument(
         "--timeout", type=float, default=10.0, help="seconds a bookie has to answer (default 10)"
     )
+    common.add_argument("-v", "--verbose", action="store_true", help="the client's log on stderr")
 
     def action(name: str, fn: Action, help_text: str) -> argparse.ArgumentParser:
         sub = actions.add_parser(name, parents=[common], help=help_text)
@@ -440,6 +513,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ledger_id(sub)
     sub.add_argument("--count", type=int, help="how many generated entries")
     sub.add_argument("--size", type=int, help="bytes per generated entry (default 1024)")
+    sub.add_argument(
+        "--print-ids",
+        action="store_true",
+        help="print each entry's id as the bookies acknowledge it, before the summary "
+        '(--json: {"ledgerId", "entryId"} lines)',
+    )
 
     sub = action("read", read, "read entries (default: all confirmed)")
     ledger_id(sub)
@@ -453,6 +532,60 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ledger_id(action("metadata", show_metadata, "a ledger's metadata"))
 
 
+def expected_error(exc: BaseException, expected: tuple[type[Exception], ...]) -> Exception | None:
+    """``exc`` if it is one of ``expected``; for an exception group (trio's nurseries wrap
+    what their tasks raise, and the client runs its work in them) the first expected error
+    inside, provided everything in it is expected or a cancellation it caused. None for
+    anything else: a bug, which keeps its traceback."""
+    if isinstance(exc, expected):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    found: Exception | None = None
+    for inner in exc.exceptions:
+        if isinstance(inner, trio.Cancelled):
+            continue
+        leaf = expected_error(inner, expected)
+        if leaf is None:
+            return None
+        found = found or leaf
+    return found
+
+
+LIBRARY_LOGGERS = ("bookiesim", "kazoo")
+"""Loggers of the code a command runs: the client and the metadata store's (kazoo for
+ZooKeeper, which logs every refused connection while it retries)."""
+
+
+@contextmanager
+def _library_log(verbose: bool) -> Iterator[None]:
+    """The libraries' log on stderr with ``--verbose``, else nothing of it.
+
+    Without a handler Python prints WARNING records bare on stderr, so a fenced write said
+    it twice (the client's "failing N pending adds", then our line) and an unreachable
+    ZooKeeper took a dozen lines to say so; the command's own line is what a user reads, and
+    ``--verbose`` shows the log for a closer look."""
+    handler: logging.Handler
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        handler = logging.NullHandler()
+    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
+    saved = [(logger.level, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO if verbose else logging.CRITICAL)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, (level, propagate) in zip(loggers, saved, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
 def run_action(
     fn: Action,
     args: argparse.Namespace,
@@ -462,7 +595,8 @@ def run_action(
     """Run one action of a command group (``ledger``, ``topic``) in trio: positive-number
     checks on ``--count``/``--size``/``--timeout``, one line on stderr for an error that
     names what was wrong (exit 2 for usage, 1 for ``errors`` and the client's, metadata's and
-    cluster's own), and a quiet exit when the reader of stdout goes away."""
+    cluster's own, also when they come wrapped in an exception group), and a quiet exit when
+    the reader of stdout goes away."""
     console = make_console(sys.stderr)
     out = LineWriter(sys.stdout)
     for name in ("count", "size", "timeout"):
@@ -473,15 +607,18 @@ def run_action(
     handled: tuple[type[Exception], ...] = (BKError, MetadataError, ClusterError, ValueError)
     handled += errors
     try:
-        trio.run(fn, args, out, console)
-    except CommandError as exc:
-        console.print(f"{command}: {exc}", markup=False)
-        return 2
-    except handled as exc:
-        console.print(f"{command}: {exc}", markup=False)
-        return 1
-    except BrokenPipeError:
-        quiet_broken_pipe()
+        with _library_log(getattr(args, "verbose", False)):
+            trio.run(fn, args, out, console)
+    except BaseException as exc:
+        if expected_error(exc, (BrokenPipeError,)) is not None:
+            quiet_broken_pipe()
+            return 0
+        error = expected_error(exc, (CommandError, *handled))
+        if error is None:
+            raise
+        one_line = " ".join(str(error).split())
+        console.print(f"{command}: {one_line}", markup=False)
+        return 2 if isinstance(error, CommandError) else 1
     finally:
         try:
             out.flush()

@@ -8,17 +8,24 @@ line and the right exit code.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import json
+import select
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from bookiesim.client.errors import LedgerFencedError
+from bookiesim.metadata.errors import MetadataError
 from bookiesim.sim.cli import main
-from bookiesim.sim.ledger_command import generated_payload
+from bookiesim.sim.ledger_command import generated_payload, run_action
 
 pytestmark = pytest.mark.slow
 
@@ -153,3 +160,133 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--count must be positive" in capsys.readouterr().err
     assert main(["ledger", "list", "--cluster", str(tmp_path)]) == 1
     assert "cluster up" in capsys.readouterr().err
+
+
+# -- expected failures: one line, no traceback; and stdin written as it arrives ---------------
+
+
+def one_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+class Writer:
+    """``bookiesim ledger write ID --print-ids`` in its own process, stdin a pipe."""
+
+    def __init__(self, cluster: Path, ledger_id: int, *extra: str) -> None:
+        command = ["ledger", "write", str(ledger_id), "--print-ids", "--cluster", str(cluster)]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bookiesim.sim.cli", *command, *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line)
+        self.proc.stdin.flush()
+
+    def next_line(self, timeout: float = 30.0) -> str:
+        """The next line on stdout, failing if none comes within ``timeout`` seconds."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, f"no output within {timeout} s"
+        return self.proc.stdout.readline().decode().rstrip("\n")
+
+    def finish(self) -> tuple[int, str, str]:
+        """Close stdin and wait for the end."""
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out.decode(), err.decode()
+
+
+def test_stdin_lines_are_added_as_they_arrive(
+    cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lid = create(capsys, cluster)
+    writer = Writer(cluster, lid)
+    try:
+        # Each entry is acknowledged while the writer still waits for the next line: before
+        # the fix, lines were held until stdin closed.
+        writer.send(b"first\n")
+        assert writer.next_line() == "0"
+        writer.send(b"second\r\nthird\n")
+        assert [writer.next_line(), writer.next_line()] == ["1", "2"]
+        writer.send(b"no newline at the end")
+    finally:
+        code, out, err = writer.finish()
+    assert code == 0, err
+    assert out.splitlines() == ["3", f"ledger {lid}: wrote 4 entries (37 bytes), ids 0..3"]
+    out, _ = run(capsys, cluster, "read", str(lid), "--json")
+    assert [e["payload"] for e in json_lines(out)] == [
+        "first",
+        "second",
+        "third",
+        "no newline at the end",
+    ]
+
+
+def test_a_fenced_write_says_so_in_one_line(
+    cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lid = create(capsys, cluster)
+    writer = Writer(cluster, lid)
+    try:
+        writer.send(b"before\n")
+        assert writer.next_line() == "0"
+        # A new owner fences the ledger while the writer still has it open.
+        out, _ = run(capsys, cluster, "recover", str(lid))
+        assert f"ledger {lid} recovered: closed at entry 0" in out
+        writer.send(b"after\n")
+    finally:
+        code, out, err = writer.finish()
+    assert code == 1
+    line = one_line(err)
+    assert line.startswith(f"ledger write: ledger {lid}")
+    assert "fenced" in line
+
+
+def test_missing_ledger_and_empty_root_are_one_line(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, err = run(capsys, cluster, "write", "987654", "--count", "1", code=1)
+    assert "ledger 987654" in one_line(err)
+    _, err = run(capsys, cluster, "read", "987654", code=1)
+    assert "ledger 987654" in one_line(err)
+    # A URI whose root holds no cluster at all.
+    uri = f"sqlite:///{tmp_path / 'empty.db'}"
+    capsys.readouterr()
+    assert main(["ledger", "write", "1", "--count", "1", "--metadata", uri]) == 1
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("ledger write: ")
+    assert "ledger 1" in line or "empty.db" in line
+
+
+def test_errors_wrapped_by_nurseries_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The client runs its work in trio nurseries, which wrap what they raise in exception
+    groups; an expected error must still be one line, and a bug keep its traceback."""
+
+    def raising(exc: Exception) -> Any:
+        async def action(*_: object) -> None:
+            async def fail() -> None:
+                raise exc
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fail)
+                await trio.sleep_forever()
+
+        return action
+
+    args = argparse.Namespace()
+    no_cluster = MetadataError("no BookKeeper cluster at zk://h:2181/ledgers")
+    assert run_action(raising(no_cluster), args, "ledger list") == 1
+    assert one_line(capsys.readouterr().err) == (
+        "ledger list: no BookKeeper cluster at zk://h:2181/ledgers"
+    )
+    fenced = LedgerFencedError("fenced by a recovering client", ledger_id=7)
+    assert run_action(raising(fenced), args, "ledger write") == 1
+    assert "ledger 7" in one_line(capsys.readouterr().err)
+    with pytest.raises(BaseExceptionGroup):
+        run_action(raising(RuntimeError("a bug")), args, "ledger write")
