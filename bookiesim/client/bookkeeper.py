@@ -31,7 +31,7 @@ from typing import Self
 
 import trio
 
-from bookiesim.client.bookie_pool import BookieConnector, BookiePool, Outcome, tcp_connector
+from bookiesim.client.bookie_pool import BookieConnector, BookiePool, Outcome
 from bookiesim.client.digest import DigestType
 from bookiesim.client.errors import (
     BKError,
@@ -44,16 +44,16 @@ from bookiesim.client.errors import (
 )
 from bookiesim.client.ledger_handle import LedgerEntry, LedgerHandle, ReadOnlyLedgerHandle
 from bookiesim.client.wire import from_message
+from bookiesim.metadata.cluster import refuse_previous_uri_form
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.factory import open_store
+from bookiesim.metadata.ledgers import DigestType as MetaDigestType
 from bookiesim.metadata.ledgers import (
-    DEFAULT_LEDGERS_ROOT,
     LedgerManager,
     LedgerMetadata,
     LedgerState,
 )
-from bookiesim.metadata.ledgers import DigestType as MetaDigestType
-from bookiesim.metadata.registration import BookieInfo, live_bookies
+from bookiesim.metadata.registration import BookieInfo, bookie_address, live_bookies
 from bookiesim.metadata.store import MetadataStore
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
@@ -146,17 +146,20 @@ class BookKeeper:
         self,
         metadata_store: MetadataStore,
         *,
-        bookie_connector: BookieConnector = tcp_connector,
+        bookie_connector: BookieConnector | None = None,
         config: ClientConfig | None = None,
-        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+        ledgers_root: str | None = None,
     ) -> None:
         self.store = metadata_store
         self.config = config if config is not None else ClientConfig()
-        self.ledgers_root = ledgers_root
-        self.ledger_manager = LedgerManager(metadata_store, ledgers_root)
+        self.ledgers_root = metadata_store.ledgers_root if ledgers_root is None else ledgers_root
+        self.ledger_manager = LedgerManager(metadata_store, self.ledgers_root)
         self.stats = ClientStats()
         self.rng = random.Random(self.config.seed)
-        self._connector = bookie_connector
+        # By default a bookie id is resolved through its registration's bookie-rpc endpoint,
+        # as upstream's client does, so upstream bookies (whose ids need not be their
+        # address) are reached where they say; tests pass connectors of their own.
+        self._connector = bookie_connector or self._connect_registered
         self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._pool: BookiePool | None = None
@@ -169,18 +172,18 @@ class BookKeeper:
         cls,
         uri: str,
         *,
-        bookie_connector: BookieConnector = tcp_connector,
+        bookie_connector: BookieConnector | None = None,
         config: ClientConfig | None = None,
-        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+        ledgers_root: str | None = None,
     ) -> AsyncIterator[BookKeeper]:
-        """Open the metadata store ``uri`` names and a client on it, for the block."""
-        async with (
-            open_store(uri) as store,
-            cls(
+        """Open the metadata store ``uri`` names and a client on it, for the block. A URI in
+        the previous version's form (``MovedLedgersRootError``) is refused here."""
+        async with open_store(uri) as store:
+            await refuse_previous_uri_form(store, ledgers_root)
+            async with cls(
                 store, bookie_connector=bookie_connector, config=config, ledgers_root=ledgers_root
-            ) as bk,
-        ):
-            yield bk
+            ) as bk:
+                yield bk
 
     async def __aenter__(self) -> Self:
         if self._stack is not None:
@@ -233,6 +236,10 @@ class BookKeeper:
     async def live_bookies(self) -> dict[str, BookieInfo]:
         """The bookies registered now, by id."""
         return await live_bookies(self.store, self.ledgers_root)
+
+    async def _connect_registered(self, bookie_id: str) -> trio.abc.Stream:
+        host, port = await bookie_address(self.store, bookie_id, self.ledgers_root)
+        return await trio.open_tcp_stream(host, port)
 
     # -- ledgers ---------------------------------------------------------------------------
 

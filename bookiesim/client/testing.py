@@ -38,6 +38,7 @@ import trio
 
 from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_pool import tcp_connector
+from bookiesim.metadata.cluster import ensure_cluster
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, BookieRegistration
 from bookiesim.metadata.store import MetadataStore
@@ -264,6 +265,7 @@ async def running_cluster(
     async with _opened_store(uri, store) as opened, trio.open_nursery() as nursery:
         cluster = LocalCluster(root, opened, opened.uri if store else uri, nursery)
         try:
+            await ensure_cluster(opened)  # as a bookie process does at start
             for _ in range(n):
                 await cluster.start_bookie(features=features, overrides=overrides)
             yield cluster

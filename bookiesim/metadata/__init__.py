@@ -9,7 +9,10 @@
         async with register_bookie(store, me):
             bookies = await live_bookies(store)
 
-See ``docs/metadata.md`` for URIs, the layout of paths, serialized forms and liveness rules.
+Paths are under the store's ledgers root (``store.ledgers_root``: a ``zk://`` URI's path, as
+upstream reads ``metadataServiceUri``; ``/ledgers`` for SQLite), and every ``root`` argument
+defaults to it. See ``docs/metadata.md`` for URIs, the layout of paths, serialized forms and
+liveness rules.
 The ZooKeeper backend (and kazoo) is only imported when a ``zk://`` URI is opened.
 """
 
@@ -20,7 +23,9 @@ from bookiesim.metadata.errors import (
     InvalidMetadataError,
     InvalidUriError,
     MetadataError,
+    MovedLedgersRootError,
     NoChildrenForEphemeralsError,
+    NoClusterError,
     NodeExistsError,
     NoNodeError,
     NoSuchLedgerError,
@@ -45,6 +50,7 @@ from bookiesim.metadata.registration import (
     BookieIdInUseError,
     BookieInfo,
     BookieRegistration,
+    bookie_address,
     live_bookies,
     read_only_bookies,
     register_bookie,
@@ -72,7 +78,9 @@ __all__ = [
     "LedgerState",
     "MetadataError",
     "MetadataStore",
+    "MovedLedgersRootError",
     "NoChildrenForEphemeralsError",
+    "NoClusterError",
     "NoNodeError",
     "NoSuchLedgerError",
     "NodeExistsError",
@@ -80,6 +88,7 @@ __all__ = [
     "SessionExpiredError",
     "StoreUnavailableError",
     "Versioned",
+    "bookie_address",
     "check_update",
     "ledger_id_from_path",
     "ledger_path",

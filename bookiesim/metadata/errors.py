@@ -20,7 +20,9 @@ __all__ = [
     "InvalidMetadataError",
     "InvalidUriError",
     "MetadataError",
+    "MovedLedgersRootError",
     "NoChildrenForEphemeralsError",
+    "NoClusterError",
     "NoNodeError",
     "NoSuchLedgerError",
     "NodeExistsError",
@@ -103,6 +105,36 @@ class StoreUnavailableError(MetadataError):
 
 class InvalidUriError(MetadataError, ValueError):
     """A ``metadataServiceUri`` that no backend understands; the message quotes it."""
+
+
+class MovedLedgersRootError(InvalidUriError):
+    """A ``metadataServiceUri`` in the previous version's form: its path was a chroot with
+    the cluster at ``<path>/ledgers``; now the path *is* the ledgers root (upstream's
+    meaning). Raised, instead of starting an empty cluster beside the data, when the URI's
+    root holds no cluster but ``<root>/ledgers`` does. ``suggested`` is the URI to use."""
+
+    def __init__(self, uri: str, root: str, old_root: str, suggested: str) -> None:
+        super().__init__(
+            f"{uri}: metadataServiceUri now names the ledgers root ({root}), and there is no "
+            f"cluster there; the data of this cluster is at {old_root}: use {suggested}"
+        )
+        self.uri = uri
+        self.root = root
+        self.old_root = old_root
+        self.suggested = suggested
+
+
+class NoClusterError(MetadataError):
+    """The URI's ledgers root holds no BookKeeper cluster (no ``INSTANCEID``): a client was
+    pointed at an empty or wrong path. Bookies initialise a root; clients only use one."""
+
+    def __init__(self, uri: str, root: str) -> None:
+        super().__init__(
+            f"no BookKeeper cluster at {uri}: no INSTANCEID under {root} "
+            "(start a bookie there first, or check the path)"
+        )
+        self.uri = uri
+        self.root = root
 
 
 class InvalidMetadataError(MetadataError, ValueError):

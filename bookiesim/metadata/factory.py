@@ -34,7 +34,8 @@ def scheme_of(uri: str) -> str:
         raise InvalidUriError("no metadataServiceUri given (expected sqlite:///path or zk://...)")
     raise InvalidUriError(
         f"unsupported metadataServiceUri {uri!r}: expected sqlite:///abs/path.db, "
-        "sqlite:relative/path.db or zk://host:port[,host:port][/chroot]"
+        "sqlite:relative/path.db or zk://host:port[,host:port]/ledgers (the path is the "
+        "ledgers root)"
     )
 
 
@@ -46,13 +47,21 @@ async def open_store(
     poll_interval: float | None = None,
     connect_timeout: float | None = None,
     cwd: Path | None = None,
+    chroot: str = "",
 ) -> AsyncIterator[MetadataStore]:
     """Open the store ``uri`` names for the duration of the ``async with``; close it after.
 
     ``session_timeout`` bounds how long ephemerals (bookie registrations) outlive a dead
     process. ``poll_interval`` is the SQLite change-poll period; ``connect_timeout`` how long
-    to wait for a ZooKeeper server; ``cwd`` resolves relative ``sqlite:`` paths. Options that do
-    not apply to the URI's backend are ignored.
+    to wait for a ZooKeeper server; ``cwd`` resolves relative ``sqlite:`` paths; ``chroot``
+    puts a ZooKeeper store's whole tree under that path (tests and experiments sharing one
+    ZooKeeper; not part of the URI). Options that do not apply to the URI's backend are
+    ignored.
+
+    The store's :attr:`~bookiesim.metadata.store.MetadataStore.ledgers_root` is where the
+    cluster lives (the ``zk://`` URI's path; ``/ledgers`` for SQLite). Opening checks
+    nothing there: bookies call :func:`~bookiesim.metadata.cluster.ensure_cluster`, clients
+    :func:`~bookiesim.metadata.cluster.require_cluster`.
     """
     if scheme_of(uri) == "sqlite":
         from bookiesim.metadata.sqlite_store import DEFAULT_POLL_INTERVAL, open_sqlite_store
@@ -74,5 +83,6 @@ async def open_store(
             connect_timeout=connect_timeout
             if connect_timeout is not None
             else DEFAULT_CONNECT_TIMEOUT,
+            chroot=chroot,
         ) as zk_store:
             yield zk_store

@@ -30,6 +30,10 @@ class ForwardingStore:
         return self.inner.uri
 
     @property
+    def ledgers_root(self) -> str:
+        return self.inner.ledgers_root
+
+    @property
     def session_id(self) -> int:
         return self.inner.session_id
 

@@ -28,8 +28,9 @@ ones, ``lastEntryId`` (-1 while open), ``digestType`` and ``password`` (empty if
 key (upstream's order is a HashMap's). Versions 1 and 2 (text formats of BookKeeper < 4.9) are
 recognised and refused with a clear error.
 
-Paths: upstream's *hierarchical* layout (``HierarchicalLedgerManager``), so a ZooKeeper
-written by us reads like upstream's: ids below 2³¹-1 as ``%010d`` split 2/4/4 —
+Paths: upstream's *hierarchical* layout (``HierarchicalLedgerManager``) under the store's
+ledgers root (``/ledgers`` in these examples), so a ZooKeeper written by us reads like
+upstream's: ids below 2³¹-1 as ``%010d`` split 2/4/4 —
 ``/ledgers/00/0000/L0042`` — and larger ids as ``%019d`` split 3/4/4/4/4 —
 ``/ledgers/000/0000/0000/0002/L1234``. Ids come from upstream's ZooKeeper id generator
 scheme: an ephemeral sequential node ``/ledgers/idgen/ID-<10 digits>`` whose counter is the id,
@@ -64,6 +65,7 @@ from bookiesim.metadata.errors import (
 )
 from bookiesim.metadata.store import (
     ANY_VERSION,
+    DEFAULT_LEDGERS_ROOT,
     MetadataStore,
     join_path,
     store_change_number,
@@ -86,7 +88,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEDGERS_ROOT: Final = "/ledgers"
 METADATA_FORMAT_VERSION: Final = 3
 _VERSION_KEY: Final = b"BookieMetadataFormatVersion\t"
 METADATA_HEADER: Final = _VERSION_KEY + b"%d\n" % METADATA_FORMAT_VERSION
@@ -445,23 +446,26 @@ def _read_header(data: bytes) -> tuple[int, int]:
 # --- paths --------------------------------------------------------------------------------
 
 
-def ledger_path(ledger_id: int, root: str = DEFAULT_LEDGERS_ROOT) -> str:
-    """Where upstream's hierarchical ledger manager keeps ``ledger_id``'s metadata."""
+def ledger_path(ledger_id: int, root: str) -> str:
+    """Where upstream's hierarchical ledger manager keeps ``ledger_id``'s metadata, under
+    the ledgers root ``root`` (a store's :attr:`~.store.MetadataStore.ledgers_root`)."""
     _int_in("ledger id", ledger_id, 0, _INT64_MAX)
+    base = root.rstrip("/")  # the ZooKeeper root "/" is a root too
     if ledger_id < _SHORT_ID_LIMIT:
         s = f"{ledger_id:010d}"
-        return f"{root}/{s[0:2]}/{s[2:6]}/L{s[6:10]}"
+        return f"{base}/{s[0:2]}/{s[2:6]}/L{s[6:10]}"
     s = f"{ledger_id:019d}"
-    return f"{root}/{s[0:3]}/{s[3:7]}/{s[7:11]}/{s[11:15]}/L{s[15:19]}"
+    return f"{base}/{s[0:3]}/{s[3:7]}/{s[7:11]}/{s[11:15]}/L{s[15:19]}"
 
 
 _SHORT_PATH: Final = re.compile(r"/(\d{2})/(\d{4})/L(\d{4})")
 _LONG_PATH: Final = re.compile(r"/(\d{3})/(\d{4})/(\d{4})/(\d{4})/L(\d{4})")
 
 
-def ledger_id_from_path(path: str, root: str = DEFAULT_LEDGERS_ROOT) -> int:
+def ledger_id_from_path(path: str, root: str) -> int:
     """Inverse of :func:`ledger_path`; ``ValueError`` for a path that is not a ledger's."""
-    rest = path[len(root) :] if path.startswith(root + "/") else ""
+    base = root.rstrip("/")
+    rest = path[len(base) :] if path.startswith(base + "/") else ""
     m = _SHORT_PATH.fullmatch(rest) or _LONG_PATH.fullmatch(rest)
     if m is None:
         raise ValueError(f"{path!r} is not a ledger path under {root}")
@@ -483,10 +487,10 @@ class LedgerManager:
     ``BadVersionError`` for the caller — or :meth:`update_with_retry` — to resolve.
     """
 
-    def __init__(self, store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT) -> None:
+    def __init__(self, store: MetadataStore, root: str | None = None) -> None:
         self.store = store
-        self.root = validate_path(root)
-        self._idgen_prefix = join_path(root, "idgen/ID-")
+        self.root = validate_path(store.ledgers_root if root is None else root)
+        self._idgen_prefix = join_path(self.root, "idgen/ID-")
         # (store change number, ledger ids) of the last complete walk that no change
         # overlapped; see list_ledgers.
         self._listed: tuple[int, list[int]] | None = None

@@ -33,6 +33,7 @@ from bookiesim.metadata.errors import (
 )
 from bookiesim.metadata.store import (
     ANY_VERSION,
+    DEFAULT_LEDGERS_ROOT,
     Change,
     LevelWatch,
     NodeStat,
@@ -63,8 +64,9 @@ class _Node:
 class MemoryStore:
     """:class:`~bookiesim.metadata.store.MetadataStore` in memory; see the module docstring."""
 
-    def __init__(self, uri: str = "memory:") -> None:
+    def __init__(self, uri: str = "memory:", *, ledgers_root: str = DEFAULT_LEDGERS_ROOT) -> None:
         self._uri = uri
+        self._ledgers_root = validate_path(ledgers_root)
         self._zxid = 0
         self._nodes: dict[str, _Node] = {"/": _Node(b"", 0)}
         self._changed = trio.Event()
@@ -73,6 +75,10 @@ class MemoryStore:
     @property
     def uri(self) -> str:
         return self._uri
+
+    @property
+    def ledgers_root(self) -> str:
+        return self._ledgers_root
 
     @property
     def session_id(self) -> int:

@@ -1,18 +1,35 @@
 """Bookie registration with liveness: who is up, where, and what it can do.
 
-A bookie announces itself with an **ephemeral** node ``/ledgers/available/<bookieId>`` (the
-path upstream uses), so the announcement lives exactly as long as the bookie's session: it
-goes when the bookie closes its store, and when the process dies or stalls past the session
-timeout (ZooKeeper expires the session; the SQLite store's sweep does the same from the
-missing heartbeats). Clients pick ensembles and replacements from :func:`live_bookies`.
+A bookie announces itself with an **ephemeral** node ``<root>/available/<bookieId>`` (the
+path upstream uses, under the store's ledgers root), so the announcement lives exactly as
+long as the bookie's session: it goes when the bookie closes its store, and when the process
+dies or stalls past the session timeout (ZooKeeper expires the session; the SQLite store's
+sweep does the same from the missing heartbeats). Clients pick ensembles and replacements
+from :func:`live_bookies`, and connect to a bookie where its registration says
+(:func:`bookie_address`).
 
-The node's value is JSON, ``{"bookieId", "host", "port", "httpPort", "features", "pid"}``.
-``features`` lists optional protocol extensions; ``"writeClose"`` (:data:`FEATURE_WRITE_CLOSE`)
-means the bookie serves BP-32 WriteClose. The client must send WriteClose only to bookies that
-advertise it: an upstream bookie cannot parse operation 32 and falls back to v2 decoding on
-that connection (DESIGN.md, "Entry log per ledger"). A registration whose value is not our
-JSON — an upstream bookie writes a ``BookieServiceInfoFormat`` protobuf — is still listed as
-live, with no features.
+The node's value is upstream's ``BookieServiceInfoFormat`` protobuf, written as upstream's
+bookie writes it, so that upstream's client can resolve our bookies and we theirs:
+
+* the ``bookie-rpc`` endpoint — id ``"bookie"``, the bookie's port and advertised host, no
+  auth, no extensions (upstream adds the extension ``"tls"`` only with TLS, which we lack) —
+  is the address clients connect to (upstream's ``DefaultBookieAddressResolver``);
+* with the HTTP server on, an ``http`` endpoint — id ``"httpserver"``, host ``"0.0.0.0"`` —
+  listed *first*: upstream collects endpoints in a ``ConcurrentHashMap``, whose iteration
+  puts ``"httpserver"`` before ``"bookie"`` (bucket 7 before 14 of 16), so the bytes match;
+* bookiesim's extras in ``properties``, whose unknown keys upstream ignores:
+  ``bookiesim.features`` (comma-separated; ``"writeClose"``, :data:`FEATURE_WRITE_CLOSE`,
+  means the bookie serves BP-32 WriteClose) and ``bookiesim.pid``.
+
+The client must send WriteClose only to bookies that advertise it: an upstream bookie cannot
+parse operation 32 and falls back to v2 decoding on that connection (DESIGN.md, "Entry log
+per ledger"); upstream bookies publish no such property, so they get none.
+
+Reading (:meth:`BookieInfo.from_registration`) takes that protobuf first; then the JSON the
+previous bookiesim wrote (``{"bookieId", "host", "port", "httpPort", "features", "pid"}``),
+so a cluster half-way through an upgrade still sees its old bookies' features; empty or
+undecodable data (upstream's legacy bookies write nothing) gives a bookie with no features
+at the address its id names.
 
 :class:`BookieRegistration` keeps the node alive: if the session expires and the node goes,
 it registers again on the new session (upstream's bookie does the same). On start it waits,
@@ -31,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import trio
+from google.protobuf.message import DecodeError
 
 from bookiesim.metadata.errors import (
     MetadataError,
@@ -39,8 +57,8 @@ from bookiesim.metadata.errors import (
     SessionExpiredError,
     StoreUnavailableError,
 )
-from bookiesim.metadata.ledgers import DEFAULT_LEDGERS_ROOT
 from bookiesim.metadata.store import MetadataStore, bare_exceptions, join_path, validate_path
+from bookiesim.proto import DataFormats_pb2 as pb
 
 __all__ = [
     "FEATURE_WRITE_CLOSE",
@@ -48,6 +66,7 @@ __all__ = [
     "BookieInfo",
     "BookieRegistration",
     "available_path",
+    "bookie_address",
     "live_bookies",
     "read_only_bookies",
     "readonly_path",
@@ -65,6 +84,16 @@ READONLY: Final = "readonly"
 """Upstream keeps read-only bookies under ``available/readonly``; it is not a bookie id."""
 DEFAULT_STALE_WAIT: Final = 20.0
 
+RPC_PROTOCOL: Final = "bookie-rpc"
+"""The endpoint clients connect to (upstream's ``DefaultBookieAddressResolver`` picks it)."""
+RPC_ENDPOINT_ID: Final = "bookie"
+HTTP_PROTOCOL: Final = "http"
+HTTP_ENDPOINT_ID: Final = "httpserver"
+HTTP_ENDPOINT_HOST: Final = "0.0.0.0"
+"""What upstream's HTTP service publishes as its host, whatever address it binds."""
+FEATURES_PROPERTY: Final = "bookiesim.features"
+PID_PROPERTY: Final = "bookiesim.pid"
+
 _BOOKIE_ID: Final = re.compile(r"[A-Za-z0-9_.:\-\[\]]+")
 
 
@@ -72,19 +101,24 @@ class BookieIdInUseError(NodeExistsError):
     """Another live session holds this bookie id's registration."""
 
 
-def available_path(root: str = DEFAULT_LEDGERS_ROOT) -> str:
+def available_path(root: str) -> str:
     """The parent of every registration: ``<root>/available``."""
     return join_path(validate_path(root), AVAILABLE)
 
 
-def readonly_path(root: str = DEFAULT_LEDGERS_ROOT) -> str:
+def readonly_path(root: str) -> str:
     """The parent of read-only bookies' registrations: ``<root>/available/readonly``."""
     return join_path(available_path(root), READONLY)
 
 
 @dataclass(frozen=True)
 class BookieInfo:
-    """What a bookie registers about itself."""
+    """What a bookie registers about itself.
+
+    ``host`` and ``port`` default to those of the bookie id when it is ``host:port`` (how
+    upstream resolves a bookie that publishes no endpoint), so ``BookieInfo("10.0.0.1:3181")``
+    has host ``10.0.0.1`` and port 3181.
+    """
 
     bookie_id: str
     host: str = ""
@@ -97,63 +131,135 @@ class BookieInfo:
         if not _BOOKIE_ID.fullmatch(self.bookie_id) or self.bookie_id == READONLY:
             raise ValueError(f"{self.bookie_id!r} is not a valid bookie id")
         object.__setattr__(self, "features", frozenset(self.features))
+        for name in self.features:
+            if not name or "," in name:
+                raise ValueError(f"feature name {name!r} is empty or has a comma")
+        id_host, id_port = _address_in_id(self.bookie_id)
+        if not self.host:
+            object.__setattr__(self, "host", id_host)
+        if not self.port:
+            object.__setattr__(self, "port", id_port)
+        for what, port in (("port", self.port), ("http port", self.http_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"{self.bookie_id}: {what} {port} out of range")
 
     @property
     def supports_write_close(self) -> bool:
         return FEATURE_WRITE_CLOSE in self.features
 
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "bookieId": self.bookie_id,
-                "host": self.host,
-                "port": self.port,
-                "httpPort": self.http_port,
-                "features": sorted(self.features),
-                "pid": self.pid,
-            },
-            sort_keys=True,
-        ).encode()
+    def to_service_info(self) -> bytes:
+        """The registration node's value: upstream's ``BookieServiceInfoFormat`` (module
+        docstring), byte for byte what upstream's bookie writes for the same endpoints."""
+        msg = pb.BookieServiceInfoFormat()
+        if self.http_port is not None:
+            msg.endpoints.add(
+                id=HTTP_ENDPOINT_ID,
+                port=self.http_port,
+                host=HTTP_ENDPOINT_HOST,
+                protocol=HTTP_PROTOCOL,
+            )
+        msg.endpoints.add(id=RPC_ENDPOINT_ID, port=self.port, host=self.host, protocol=RPC_PROTOCOL)
+        if self.features:
+            msg.properties[FEATURES_PROPERTY] = ",".join(sorted(self.features))
+        if self.pid is not None:
+            msg.properties[PID_PROPERTY] = str(self.pid)
+        # Deterministic: map entries sorted by key, so equal infos give equal bytes.
+        return msg.SerializeToString(deterministic=True)
 
     @classmethod
     def from_registration(cls, bookie_id: str, value: bytes) -> BookieInfo:
-        """Decode a registration node; anything that is not our JSON gives a bare entry."""
+        """Decode a registration node: upstream's protobuf, else the previous version's
+        JSON, else (empty, or neither) a bare entry at the address the id names."""
+        if not value:
+            return cls(bookie_id)
         try:
-            doc = json.loads(value)
-            if not isinstance(doc, dict):
-                raise TypeError("not an object")
-            http = doc.get("httpPort")
-            pid = doc.get("pid")
-            return cls(
-                bookie_id=bookie_id,
-                host=str(doc.get("host", "")),
-                port=int(doc.get("port", 0)),
-                http_port=None if http is None else int(http),
-                features=frozenset(str(f) for f in doc.get("features", ())),
-                pid=None if pid is None else int(pid),
-            )
+            msg: pb.BookieServiceInfoFormat | None = pb.BookieServiceInfoFormat.FromString(value)
+        except DecodeError:
+            msg = None
+        try:
+            if msg is not None and (msg.endpoints or msg.properties or value[:1] != b"{"):
+                return cls._from_service_info(bookie_id, msg)
+            return cls._from_json(bookie_id, value)
         except (ValueError, TypeError):
-            host, _, port = bookie_id.rpartition(":")
-            return cls(
-                bookie_id=bookie_id,
-                host=host,
-                port=int(port) if port.isdigit() else 0,
-            )
+            return cls(bookie_id)
+
+    @classmethod
+    def _from_service_info(cls, bookie_id: str, msg: pb.BookieServiceInfoFormat) -> BookieInfo:
+        rpc = next((e for e in msg.endpoints if e.protocol == RPC_PROTOCOL), None)
+        http = next((e for e in msg.endpoints if e.protocol == HTTP_PROTOCOL), None)
+        features = msg.properties.get(FEATURES_PROPERTY, "")
+        pid = msg.properties.get(PID_PROPERTY)
+        return cls(
+            bookie_id=bookie_id,
+            host=rpc.host if rpc is not None else "",
+            port=rpc.port if rpc is not None else 0,
+            http_port=http.port if http is not None else None,
+            features=frozenset(f for f in features.split(",") if f),
+            pid=int(pid) if pid is not None else None,
+        )
+
+    @classmethod
+    def _from_json(cls, bookie_id: str, value: bytes) -> BookieInfo:
+        """The previous bookiesim's registration (raises ``ValueError``/``TypeError`` on
+        anything else)."""
+        doc = json.loads(value)
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+        http = doc.get("httpPort")
+        pid = doc.get("pid")
+        return cls(
+            bookie_id=bookie_id,
+            host=str(doc.get("host", "")),
+            port=int(doc.get("port", 0)),
+            http_port=None if http is None else int(http),
+            features=frozenset(str(f) for f in doc.get("features", ())),
+            pid=None if pid is None else int(pid),
+        )
 
 
-async def live_bookies(
-    store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT
-) -> dict[str, BookieInfo]:
+def _address_in_id(bookie_id: str) -> tuple[str, int]:
+    """``("10.0.0.1", 3181)`` for ``10.0.0.1:3181`` (``[v6]:port`` too); ``("", 0)`` for an id
+    that is not ``host:port`` (upstream allows custom ids)."""
+    host, sep, port = bookie_id.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return "", 0
+    return host.strip("[]"), int(port)
+
+
+async def bookie_address(
+    store: MetadataStore, bookie_id: str, root: str | None = None
+) -> tuple[str, int]:
+    """Where to connect to ``bookie_id``: the ``bookie-rpc`` endpoint of its registration
+    (writable, else read-only), as upstream's ``DefaultBookieAddressResolver`` resolves it;
+    the address the id names when it is not registered (a stopped bookie still in an
+    ensemble) or its registration names none. ``ValueError`` if neither gives an address."""
+    root = store.ledgers_root if root is None else root
+    for base in (available_path(root), readonly_path(root)):
+        node = await store.get(join_path(base, bookie_id))
+        if node is not None:
+            info = BookieInfo.from_registration(bookie_id, node.value)
+            if info.host and info.port:
+                return info.host, info.port
+            break
+    host, port = _address_in_id(bookie_id)
+    if not host:
+        raise ValueError(f"bookie {bookie_id!r} is not registered and its id is not host:port")
+    return host, port
+
+
+async def live_bookies(store: MetadataStore, root: str | None = None) -> dict[str, BookieInfo]:
     """Every writable registered bookie, by id (a snapshot; see :func:`watch_live_bookies`):
-    the ones clients may choose for new ensembles."""
-    return await _registered(store, available_path(root))
+    the ones clients may choose for new ensembles. ``root`` defaults to the store's."""
+    return await _registered(store, available_path(_root(store, root)))
 
 
-async def read_only_bookies(
-    store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT
-) -> dict[str, BookieInfo]:
+async def read_only_bookies(store: MetadataStore, root: str | None = None) -> dict[str, BookieInfo]:
     """Every bookie registered read-only (under ``available/readonly``), by id."""
-    return await _registered(store, readonly_path(root))
+    return await _registered(store, readonly_path(_root(store, root)))
+
+
+def _root(store: MetadataStore, root: str | None) -> str:
+    return store.ledgers_root if root is None else root
 
 
 async def _registered(store: MetadataStore, base: str) -> dict[str, BookieInfo]:
@@ -192,7 +298,7 @@ class _LiveBookies:
 
 @asynccontextmanager
 async def watch_live_bookies(
-    store: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT
+    store: MetadataStore, root: str | None = None
 ) -> AsyncIterator[AsyncIterator[dict[str, BookieInfo]]]:
     """The set of live bookies, at once and again whenever a bookie comes or goes::
 
@@ -200,6 +306,7 @@ async def watch_live_bookies(
         async for bookies in updates:
             ...
     """
+    root = _root(store, root)
     async with store.watch(available_path(root)) as changes:
         yield _LiveBookies(store, root, changes)
 
@@ -212,12 +319,12 @@ class BookieRegistration:
         store: MetadataStore,
         info: BookieInfo,
         *,
-        root: str = DEFAULT_LEDGERS_ROOT,
+        root: str | None = None,
         stale_wait: float = DEFAULT_STALE_WAIT,
     ) -> None:
         self.store = store
         self.info = info
-        self.root = root
+        self.root = root = _root(store, root)
         self.path = join_path(available_path(root), info.bookie_id)
         self.read_only = False
         self.stale_wait = stale_wait
@@ -271,7 +378,7 @@ class BookieRegistration:
         while True:
             try:
                 await self.store.create(
-                    path, self.info.to_json(), ephemeral=True, make_parents=True
+                    path, self.info.to_service_info(), ephemeral=True, make_parents=True
                 )
                 self.registrations += 1
                 log.info("registered %s", path)
@@ -322,7 +429,7 @@ async def register_bookie(
     store: MetadataStore,
     info: BookieInfo,
     *,
-    root: str = DEFAULT_LEDGERS_ROOT,
+    root: str | None = None,
     stale_wait: float = DEFAULT_STALE_WAIT,
 ) -> AsyncIterator[BookieRegistration]:
     """Registered for the duration of the ``async with`` (re-registered after expiries)."""

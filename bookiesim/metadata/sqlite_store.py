@@ -71,6 +71,7 @@ from bookiesim.metadata.errors import (
 )
 from bookiesim.metadata.store import (
     ANY_VERSION,
+    DEFAULT_LEDGERS_ROOT,
     Change,
     LevelWatch,
     NodeStat,
@@ -203,6 +204,11 @@ class SqliteStore:
     @property
     def uri(self) -> str:
         return self._uri
+
+    @property
+    def ledgers_root(self) -> str:
+        """Always ``/ledgers``: the file holds one cluster (the URI has no room for a root)."""
+        return DEFAULT_LEDGERS_ROOT
 
     @property
     def session_id(self) -> int:

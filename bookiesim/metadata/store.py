@@ -41,6 +41,7 @@ from bookiesim.metadata.errors import SessionExpiredError, StoreUnavailableError
 
 __all__ = [
     "ANY_VERSION",
+    "DEFAULT_LEDGERS_ROOT",
     "Change",
     "MetadataStore",
     "NodeStat",
@@ -51,6 +52,9 @@ __all__ = [
     "store_change_number",
     "validate_path",
 ]
+
+DEFAULT_LEDGERS_ROOT: Final = "/ledgers"
+"""The ledgers root of the embedded stores, and upstream's usual one (``zk://zk:2181/ledgers``)."""
 
 ANY_VERSION: Final = -1
 """``expected_version`` that matches any version: an unconditional set or delete."""
@@ -105,6 +109,14 @@ class MetadataStore(Protocol):
     @property
     def uri(self) -> str:
         """The ``metadataServiceUri`` this store was opened with."""
+        ...
+
+    @property
+    def ledgers_root(self) -> str:
+        """Where the BookKeeper cluster lives in this tree: ``LAYOUT``, ``INSTANCEID``,
+        ``available/``, ``cookies/``, the ledgers. For ZooKeeper it is the URI's path
+        (upstream's meaning of ``metadataServiceUri``); the embedded stores use
+        ``/ledgers``. Code that takes a ``root`` argument defaults to this."""
         ...
 
     @property

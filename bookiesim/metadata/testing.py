@@ -3,7 +3,7 @@
 ::
 
     with running_zookeeper(tmp_path / "zk") as zk:
-        async with open_store(zk.uri("/my-test")) as store:
+        async with open_store(zk.uri("/my-test/ledgers")) as store:
             ...
 
 No download at run time: the server is an installed jar, found in this order —
@@ -54,9 +54,10 @@ class ZooKeeperServer:
     def hosts(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def uri(self, chroot: str = "") -> str:
-        """A ``zk://`` URI for this server, optionally with a chroot (``/name``)."""
-        return f"zk://{self.hosts}{chroot}"
+    def uri(self, ledgers_root: str = "") -> str:
+        """A ``zk://`` URI for this server naming the ledgers root (``/name``; without one,
+        the ZooKeeper root itself, as upstream reads such a URI)."""
+        return f"zk://{self.hosts}{ledgers_root}"
 
 
 def find_zookeeper() -> ZooKeeperInstall | str:

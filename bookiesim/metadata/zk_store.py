@@ -1,11 +1,20 @@
 """The ZooKeeper backend: a real ensemble through kazoo, for clusters beyond one machine.
 
-``zk://host:port[,host:port...][/chroot]``; ``;`` also separates hosts (upstream's
-``metadataServiceUri`` style), ``zk+<manager>://`` is accepted as upstream writes it, and a
-host without a port means 2181. The chroot, if any, is created at open and every path of the
-interface is relative to it. **Not** upstream's meaning of the path: in upstream's
-``zk+hierarchical://zk:2181/ledgers`` the path is the ledgers root; here it is a chroot and the
-ledgers root is ``/ledgers`` below it (DESIGN.md, "Metadata").
+``zk://host:port[,host:port...]/ledgers/root`` with upstream's meaning of
+``metadataServiceUri`` (``ZKMetadataDriverBase``): the authority lists the servers (``,`` or
+``;`` between them; a host without a port means 2181) and the **path is the ledgers root**,
+where ``LAYOUT``, ``INSTANCEID``, ``available/``, ``cookies/`` and the ledgers live — a
+longer path is how several clusters share one ensemble. ``zk+<manager>://`` is accepted as
+upstream writes it (``zk+hierarchical://``, ``zk+null://``). Paths of the store interface are
+ZooKeeper's own, absolute from the ensemble's root, so the tree reads the same through
+``zkCli`` and upstream's tools. A URI without a path names the ZooKeeper root itself, as
+upstream's ``URI.getPath()`` gives ``""`` there.
+
+The previous bookiesim read the path as a kazoo chroot with the cluster at ``<path>/ledgers``;
+:mod:`bookiesim.metadata.cluster` recognises such a tree and says which URI to use now.
+A chroot is still available, not from the URI but as the ``chroot`` option of
+:func:`open_zk_store`, for tests and experiments that give each run its own subtree of one
+ZooKeeper (every path, ``ledgers_root`` included, is then relative to it).
 
 kazoo is threaded and blocking, trio is not: every call runs in a worker thread
 (``trio.to_thread.run_sync``) and waits at most ``op_timeout`` for its answer — kazoo's own
@@ -68,9 +77,11 @@ _HOST: Final = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:(\d{1,5}))?")
 
 
 def parse_zk_uri(uri: str) -> tuple[str, str]:
-    """``(hosts, chroot)`` of a ``zk://`` URI: ``("h1:2181,h2:2181", "/chroot")``.
+    """``(hosts, ledgers_root)`` of a ``zk://`` URI: ``("h1:2181,h2:2181", "/ledgers")``.
 
-    The chroot is ``""`` when the URI has no path (or just ``/``). Errors quote the URI.
+    The root is ``"/"`` (ZooKeeper's root) when the URI has no path or just ``/``: upstream
+    then puts ``LAYOUT``, ``available`` and the rest at the top of the tree. Errors quote the
+    URI.
     """
     scheme, sep, rest = uri.partition("://")
     if not sep or not _SCHEME.fullmatch(scheme):
@@ -87,13 +98,12 @@ def parse_zk_uri(uri: str) -> tuple[str, str]:
         if not 0 < port < 65536:
             raise InvalidUriError(f"{uri!r}: port {port} out of range")
         hosts.append(f"{m.group(1)}:{port}")
-    chroot = "/" + path.strip("/") if path.strip("/") else ""
-    if chroot:
-        try:
-            validate_path(chroot)
-        except ValueError as exc:
-            raise InvalidUriError(f"{uri!r}: bad chroot: {exc}") from exc
-    return ",".join(hosts), chroot
+    root = "/" + path.strip("/")
+    try:
+        validate_path(root)
+    except ValueError as exc:
+        raise InvalidUriError(f"{uri!r}: bad ledgers root: {exc}") from exc
+    return ",".join(hosts), root
 
 
 def _node_stat(raw: Any) -> NodeStat:
@@ -142,9 +152,11 @@ class ZkStore:
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         op_timeout: float | None = None,
+        chroot: str = "",
     ) -> None:
         self._uri = uri
-        self.hosts, self.chroot = parse_zk_uri(uri)
+        self.hosts, self._ledgers_root = parse_zk_uri(uri)
+        self.chroot = "" if chroot in ("", "/") else validate_path(chroot)
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
         self.op_timeout = op_timeout if op_timeout is not None else session_timeout
@@ -160,6 +172,10 @@ class ZkStore:
     @property
     def uri(self) -> str:
         return self._uri
+
+    @property
+    def ledgers_root(self) -> str:
+        return self._ledgers_root
 
     @property
     def session_id(self) -> int:
@@ -324,7 +340,8 @@ class ZkStore:
         self._token = trio.lowlevel.current_trio_token()
         if self.chroot:
             # kazoo warns (an error under our test settings) when a chroot is missing, so
-            # create it first through a client without one.
+            # create it first through a client without one. (The ledgers root is not
+            # created here: initialising a cluster is the bookies' business, cluster.py.)
             def make_chroot(c: Any) -> None:
                 c.ensure_path(self.chroot)
 
@@ -431,15 +448,21 @@ async def open_zk_store(
     session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     op_timeout: float | None = None,
+    chroot: str = "",
 ) -> AsyncIterator[ZkStore]:
     """Connect to the ZooKeeper a ``zk://`` URI names, for the ``async with``.
 
     Fails with ``StoreUnavailableError`` (naming the URI) if no server answers within
     ``connect_timeout``. The server may negotiate ``session_timeout`` into its own bounds
-    (2 to 20 ticks).
+    (2 to 20 ticks). ``chroot`` (not part of the URI; see the module docstring) is created
+    if missing and every path, the ledgers root included, is relative to it.
     """
     store = ZkStore(
-        uri, session_timeout=session_timeout, connect_timeout=connect_timeout, op_timeout=op_timeout
+        uri,
+        session_timeout=session_timeout,
+        connect_timeout=connect_timeout,
+        op_timeout=op_timeout,
+        chroot=chroot,
     )
     await store._open()
     try:

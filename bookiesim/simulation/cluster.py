@@ -223,17 +223,19 @@ class SimBookie:
         store = self.cluster.store
         # NodeExistsError: the previous incarnation's registration has not expired yet.
         with contextlib.suppress(NodeExistsError):
-            await store.create(to, self._info().to_json(), ephemeral=True, make_parents=True)
+            await store.create(
+                to, self._info().to_service_info(), ephemeral=True, make_parents=True
+            )
         with contextlib.suppress(MetadataError):
             await store.delete(away_from)
 
     @property
     def _writable_node(self) -> str:
-        return join_path(available_path(), self.bookie_id)
+        return join_path(available_path(self.cluster.store.ledgers_root), self.bookie_id)
 
     @property
     def _read_only_node(self) -> str:
-        return join_path(readonly_path(), self.bookie_id)
+        return join_path(readonly_path(self.cluster.store.ledgers_root), self.bookie_id)
 
     async def crash(self, stale: float) -> None:
         """kill -9 and a lost page cache (module docstring); the registration goes after

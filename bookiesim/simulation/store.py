@@ -15,7 +15,7 @@ line after ``await`` that records it; the records come in the store's own order.
 from __future__ import annotations
 
 from bookiesim.metadata.forwarding import ForwardingStore
-from bookiesim.metadata.ledgers import DEFAULT_LEDGERS_ROOT, LedgerMetadata, ledger_id_from_path
+from bookiesim.metadata.ledgers import LedgerMetadata, ledger_id_from_path
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.store import ANY_VERSION
 from bookiesim.simulation.history import History
@@ -23,9 +23,9 @@ from bookiesim.simulation.history import History
 __all__ = ["RecordingStore"]
 
 
-def _ledger_of(path: str) -> int | None:
+def _ledger_of(path: str, root: str) -> int | None:
     try:
-        return ledger_id_from_path(path, DEFAULT_LEDGERS_ROOT)
+        return ledger_id_from_path(path, root)
     except ValueError:
         return None
 
@@ -61,7 +61,7 @@ class RecordingStore(ForwardingStore):
 
     async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
         await super().delete(path, expected_version)
-        ledger_id = _ledger_of(path)
+        ledger_id = _ledger_of(path, self.ledgers_root)
         if ledger_id is not None:
             self.history.metadata_written(self.client, ledger_id, None)
 
@@ -69,6 +69,6 @@ class RecordingStore(ForwardingStore):
         """The shared store outlives every client."""
 
     def _record(self, path: str, value: bytes) -> None:
-        ledger_id = _ledger_of(path)
+        ledger_id = _ledger_of(path, self.ledgers_root)
         if ledger_id is not None:
             self.history.metadata_written(self.client, ledger_id, LedgerMetadata.from_bytes(value))

@@ -2,9 +2,10 @@
 
 The ZooKeeper server is started once per session on loopback (Debian's ``zookeeper`` package
 or the jar in pyspark, see :mod:`bookiesim.metadata.testing`) and each test gets its own
-chroot, so tests never see each other's nodes. Without Java or a ZooKeeper jar the ``zk``
-cases skip with the reason — except under ``CI=true``, where a missing server is a failure:
-CI must prove both backends.
+chroot (a store option, not part of the URI), so tests never see each other's nodes; the URI
+names the ledgers root ``/ledgers`` below it, as the SQLite store's root is. Without Java or
+a ZooKeeper jar the ``zk`` cases skip with the reason — except under ``CI=true``, where a
+missing server is a failure: CI must prove both backends.
 
 Session timeouts are short (2 s) so that expiry tests take seconds, not minutes — but not
 shorter: on a 2-core machine shared with fsync-heavy benchmarks, a heartbeat or a ZooKeeper
@@ -31,7 +32,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend("sqlite", f"sqlite://{tmp_path / 'meta.db'}", session_timeout=2.0)
     server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
     # The server allows 0.5 s to 5 s sessions (2 to 20 ticks of 250 ms).
-    return Backend("zk", server.uri(f"/test-{uuid.uuid4().hex[:12]}"), session_timeout=2.0)
+    return Backend(
+        "zk",
+        server.uri("/ledgers"),
+        session_timeout=2.0,
+        chroot=f"/test-{uuid.uuid4().hex[:12]}",
+    )
 
 
 @pytest.fixture

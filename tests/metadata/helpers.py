@@ -22,11 +22,18 @@ class Backend:
     name: str
     uri: str
     session_timeout: float
+    chroot: str = ""
+    """ZooKeeper: the test's own subtree of the shared server (every path, the URI's ledgers
+    root ``/ledgers`` included, lives below it), so tests never see each other's nodes."""
 
     def open(self) -> AbstractAsyncContextManager[MetadataStore]:
         """Another client (session) on the same tree."""
         return open_store(
-            self.uri, session_timeout=self.session_timeout, poll_interval=0.02, connect_timeout=10
+            self.uri,
+            session_timeout=self.session_timeout,
+            poll_interval=0.02,
+            connect_timeout=10,
+            chroot=self.chroot,
         )
 
     def worker(self, *args: str) -> list[str]:
@@ -38,6 +45,7 @@ class Backend:
             args[0],
             self.uri,
             str(self.session_timeout),
+            self.chroot,
             *args[1:],
         ]
 

@@ -2,8 +2,8 @@
 
 Why: a wrong URI is the first thing a user gets wrong, so every refusal must quote it; and
 the few guarantees that only one backend has to provide (SQLite's WAL mode, busy timeouts,
-relative paths; ZooKeeper's chroot and unreachable servers) are checked here rather than in
-the shared suite.
+relative paths; ZooKeeper's ledgers root, chroot option and unreachable servers) are checked
+here rather than in the shared suite.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import socket
 import sqlite3
+import uuid
 from pathlib import Path
 
 import pytest
@@ -130,17 +131,20 @@ async def test_closed_store_refuses_work(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("uri", "hosts", "chroot"),
+    ("uri", "hosts", "root"),
     [
-        ("zk://127.0.0.1:2181", "127.0.0.1:2181", ""),
-        ("zk://zk1", "zk1:2181", ""),
+        # Upstream's meaning (ZKMetadataDriverBase): the path is the ledgers root; without
+        # one, URI.getPath() is "" and the cluster sits at the top of ZooKeeper's tree.
+        ("zk://127.0.0.1:2181", "127.0.0.1:2181", "/"),
+        ("zk://zk1", "zk1:2181", "/"),
         ("zk://zk1:2181,zk2:2182/bk/test/", "zk1:2181,zk2:2182", "/bk/test"),
         ("zk+hierarchical://zk1:2181;zk2:2181/ledgers", "zk1:2181,zk2:2181", "/ledgers"),
-        ("zk://[::1]:2181/", "[::1]:2181", ""),
+        ("zk+null://zk1:2181/ledgers", "zk1:2181", "/ledgers"),
+        ("zk://[::1]:2181/", "[::1]:2181", "/"),
     ],
 )
-def test_zk_uris(uri: str, hosts: str, chroot: str) -> None:
-    assert parse_zk_uri(uri) == (hosts, chroot)
+def test_zk_uris(uri: str, hosts: str, root: str) -> None:
+    assert parse_zk_uri(uri) == (hosts, root)
 
 
 @pytest.mark.parametrize(
@@ -151,16 +155,39 @@ def test_bad_zk_uris(uri: str) -> None:
         parse_zk_uri(uri)
 
 
-async def test_zk_chroot_is_created_and_isolates(zookeeper_server: ZooKeeperServer) -> None:
+async def test_zk_uri_path_is_the_ledgers_root_not_a_chroot(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    # Two clusters in one ZooKeeper, told apart by their roots; paths are ZooKeeper's own,
+    # so the tree reads the same through upstream's tools. Opening creates nothing.
+    base = f"/roots-{uuid.uuid4().hex[:8]}"
     async with (
-        open_store(zookeeper_server.uri("/iso/one")) as one,
-        open_store(zookeeper_server.uri("/iso/two")) as two,
-        open_store(zookeeper_server.uri()) as root,
+        open_store(zookeeper_server.uri(f"{base}/one")) as one,
+        open_store(zookeeper_server.uri(f"{base}/two")) as two,
     ):
         assert isinstance(one, ZkStore)
+        assert (one.ledgers_root, two.ledgers_root) == (f"{base}/one", f"{base}/two")
+        assert await one.get(base) is None
+        await one.create(f"{one.ledgers_root}/LAYOUT", b"x", make_parents=True)
+        node = await two.get(f"{base}/one/LAYOUT")
+        assert node is not None
+        assert node.value == b"x"
+        assert await two.get(f"{two.ledgers_root}/LAYOUT") is None
+
+
+async def test_zk_chroot_option_is_created_and_isolates(zookeeper_server: ZooKeeperServer) -> None:
+    base = f"/iso-{uuid.uuid4().hex[:8]}"
+    uri = zookeeper_server.uri("/ledgers")
+    async with (
+        open_store(uri, chroot=f"{base}/one") as one,
+        open_store(uri, chroot=f"{base}/two") as two,
+        open_store(zookeeper_server.uri()) as top,
+    ):
+        assert one.ledgers_root == "/ledgers"
+        assert top.ledgers_root == "/"
         await one.create("/ledgers", b"1")
         assert await two.get("/ledgers") is None
-        node = await root.get("/iso/one/ledgers")
+        node = await top.get(f"{base}/one/ledgers")
         assert node is not None
         assert node.value == b"1"
 

@@ -296,15 +296,22 @@ def test_ensemble_changes() -> None:
     ],
 )
 def test_hierarchical_paths(ledger_id: int, path: str) -> None:
-    assert ledger_path(ledger_id) == path
-    assert ledger_id_from_path(path) == ledger_id
+    assert ledger_path(ledger_id, "/ledgers") == path
+    assert ledger_id_from_path(path, "/ledgers") == ledger_id
+    # Any root, the ZooKeeper root included (a zk:// URI without a path, as upstream).
+    for root in ("/bk/cluster-a", "/"):
+        under = ledger_path(ledger_id, root)
+        assert under == root.rstrip("/") + path.removeprefix("/ledgers")
+        assert ledger_id_from_path(under, root) == ledger_id
 
 
 def test_not_a_ledger_path() -> None:
     with pytest.raises(ValueError, match="not a ledger path"):
-        ledger_id_from_path("/ledgers/available/x")
+        ledger_id_from_path("/ledgers/available/x", "/ledgers")
+    with pytest.raises(ValueError, match="not a ledger path"):
+        ledger_id_from_path("/other/00/0000/L0001", "/ledgers")
     with pytest.raises(InvalidMetadataError):
-        ledger_path(-1)
+        ledger_path(-1, "/ledgers")
 
 
 # --- the manager, on both backends ------------------------------------------------------
@@ -315,7 +322,7 @@ async def test_create_read_write_delete(store: MetadataStore) -> None:
     md = simple(custom_metadata={"application": b"test"}, ctime=1_700_000_000_000)
     ledger_id = await ledgers.create(md)
     assert await ledgers.read(ledger_id) == (md, 0)
-    node = await store.get(ledger_path(ledger_id))
+    node = await store.get(ledger_path(ledger_id, store.ledgers_root))
     assert node is not None
     assert node.value == md.to_bytes()
 
@@ -371,7 +378,9 @@ async def test_explicit_ids_and_listing(store: MetadataStore) -> None:
 
 async def test_corrupt_node_names_the_path(store: MetadataStore) -> None:
     ledgers = LedgerManager(store)
-    await store.create(ledger_path(5), b"BookieMetadataFormatVersion\t2\n", make_parents=True)
+    await store.create(
+        ledger_path(5, store.ledgers_root), b"BookieMetadataFormatVersion\t2\n", make_parents=True
+    )
     with pytest.raises(CorruptMetadataError, match=r"^/ledgers/00/0000/L0005: .*version 2"):
         await ledgers.read(5)
 

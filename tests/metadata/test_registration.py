@@ -6,21 +6,29 @@ ephemeral-liveness test of the store as much as of registration.
 
 from __future__ import annotations
 
+import string
+
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bookiesim.metadata import (
     FEATURE_WRITE_CLOSE,
     BookieIdInUseError,
     BookieInfo,
     MetadataStore,
+    bookie_address,
     live_bookies,
     read_only_bookies,
     register_bookie,
     watch_live_bookies,
 )
+from bookiesim.metadata.registration import available_path
 from bookiesim.metadata.sqlite_store import SqliteStore
+from bookiesim.metadata.store import join_path
 from bookiesim.metadata.zk_store import ZkStore
+from bookiesim.proto import DataFormats_pb2 as pb
 from tests.metadata.helpers import Backend
 
 BOOKIE = BookieInfo(
@@ -46,21 +54,130 @@ async def test_register_and_unregister(store: MetadataStore) -> None:
     assert await live_bookies(store) == {}
 
 
-def test_registration_json() -> None:
-    old_style = BookieInfo("10.0.0.1:3181", host="10.0.0.1", port=3181)
-    assert not old_style.supports_write_close
-    assert BookieInfo.from_registration(BOOKIE.bookie_id, BOOKIE.to_json()) == BOOKIE
-    assert BookieInfo.from_registration(old_style.bookie_id, old_style.to_json()) == old_style
-    # An upstream bookie's value (a BookieServiceInfoFormat protobuf, or nothing): live, but
-    # with no features, so no WriteClose is sent to it.
-    for value in (b"", b"\x0a\x04http", b"[1, 2]"):
-        upstream = BookieInfo.from_registration("10.0.0.2:3181", value)
-        assert upstream == BookieInfo("10.0.0.2:3181", host="10.0.0.2", port=3181)
-        assert not upstream.supports_write_close
+# --- the registration's value: upstream's BookieServiceInfoFormat ------------------------
+
+
+def test_registration_is_upstreams_service_info() -> None:
+    msg = pb.BookieServiceInfoFormat.FromString(BOOKIE.to_service_info())
+    # http first, as upstream's ConcurrentHashMap iterates "httpserver" before "bookie".
+    assert [(e.id, e.host, e.port, e.protocol) for e in msg.endpoints] == [
+        ("httpserver", "0.0.0.0", 8000, "http"),
+        ("bookie", "127.0.0.1", 3181, "bookie-rpc"),
+    ]
+    assert all(not e.auth and not e.extensions for e in msg.endpoints)
+    assert dict(msg.properties) == {"bookiesim.features": "writeClose", "bookiesim.pid": "1234"}
+
+
+def test_plain_bookie_writes_what_upstream_writes() -> None:
+    # No http, no features, no pid: one bookie-rpc endpoint, nothing else (the 37 bytes of
+    # the vectors' zk/01 for 127.0.0.1:34181; tests/interop/test_zk_records.py checks them).
+    plain = BookieInfo("127.0.0.1:34181")
+    expected = pb.BookieServiceInfoFormat(
+        endpoints=[
+            pb.BookieServiceInfoFormat.Endpoint(
+                id="bookie", port=34181, host="127.0.0.1", protocol="bookie-rpc"
+            )
+        ]
+    )
+    assert plain.to_service_info() == expected.SerializeToString()
+    assert len(plain.to_service_info()) == 37
+
+
+def test_previous_versions_json_is_still_read() -> None:
+    # Byte for byte what the previous bookiesim wrote (a cluster half-way through an upgrade).
+    old = (
+        b'{"bookieId": "127.0.0.1:3181", "features": ["writeClose"], "host": "127.0.0.1", '
+        b'"httpPort": 8000, "pid": 1234, "port": 3181}'
+    )
+    assert BookieInfo.from_registration(BOOKIE.bookie_id, old) == BOOKIE
+    bare = b'{"bookieId": "10.0.0.1:3181", "features": [], "host": "10.0.0.1", "httpPort": null, '
+    bare += b'"pid": null, "port": 3181}'
+    assert BookieInfo.from_registration("10.0.0.1:3181", bare) == BookieInfo("10.0.0.1:3181")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",  # upstream's legacy bookies register with no data
+        b"\x0a\x04http",  # a protobuf with no endpoint we know
+        b"[1, 2]",  # JSON, not ours
+        b"{not json",
+        b"\xff\xff\xff",  # neither
+        pb.BookieServiceInfoFormat(properties={"bookiesim.pid": "x"}).SerializeToString(),
+    ],
+)
+def test_undecodable_registration_is_a_bare_bookie(value: bytes) -> None:
+    # Live, at the address its id names, with no features: no WriteClose is sent to it.
+    info = BookieInfo.from_registration("10.0.0.2:3181", value)
+    assert info == BookieInfo("10.0.0.2:3181", host="10.0.0.2", port=3181)
+    assert not info.supports_write_close
+
+
+def test_address_defaults_to_the_ids() -> None:
+    assert BookieInfo("[::1]:3181") == BookieInfo("[::1]:3181", host="::1", port=3181)
+    custom = BookieInfo("bookie-7")  # upstream allows ids that are not addresses
+    assert (custom.host, custom.port) == ("", 0)
     with pytest.raises(ValueError, match="not a valid bookie id"):
         BookieInfo("readonly")
     with pytest.raises(ValueError, match="not a valid bookie id"):
         BookieInfo("a/b:1")
+    with pytest.raises(ValueError, match="out of range"):
+        BookieInfo("h:1", http_port=70000)
+    with pytest.raises(ValueError, match="comma"):
+        BookieInfo("h:1", features=frozenset({"a,b"}))
+
+
+_NAMES = st.text(string.ascii_letters + string.digits + "-_.", min_size=1, max_size=20)
+_PORTS = st.integers(0, 65535)
+
+
+@st.composite
+def _infos(draw: st.DrawFn) -> BookieInfo:
+    host = draw(st.one_of(st.just("127.0.0.1"), _NAMES))
+    return BookieInfo(
+        bookie_id=draw(st.one_of(st.builds("{}:{}".format, _NAMES, _PORTS), _NAMES)),
+        host=draw(st.one_of(st.just(""), st.just(host))),
+        port=draw(_PORTS),
+        http_port=draw(st.one_of(st.none(), _PORTS)),
+        features=draw(st.frozensets(_NAMES, max_size=4)),
+        pid=draw(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))),
+    )
+
+
+@given(_infos())
+def test_registration_codec_round_trips(info: BookieInfo) -> None:
+    data = info.to_service_info()
+    assert BookieInfo.from_registration(info.bookie_id, data) == info
+    assert info.to_service_info() == data  # deterministic: equal infos, equal bytes
+    # Whatever else a newer writer puts beside it, the bookie-rpc endpoint is found.
+    msg = pb.BookieServiceInfoFormat.FromString(data)
+    msg.endpoints.add(id="x", port=1, host="h", protocol="grpc", auth=["tls"])
+    msg.properties["upstream.someday"] = "y"
+    extended = BookieInfo.from_registration(info.bookie_id, msg.SerializeToString())
+    assert (extended.host, extended.port, extended.features) == (
+        info.host,
+        info.port,
+        info.features,
+    )
+
+
+# --- resolving a bookie id to an address ----------------------------------------------------
+
+
+async def test_bookie_address_follows_the_registration(store: MetadataStore) -> None:
+    # An upstream bookie may register an id that is not its address (the vectors rewrote an
+    # endpoint to reach a proxy this way): clients connect where the endpoint says.
+    moved = BookieInfo("10.0.0.9:3181", host="127.0.0.1", port=40000)
+    assert await bookie_address(store, moved.bookie_id) == ("10.0.0.9", 3181)  # unregistered
+    async with register_bookie(store, moved) as registration:
+        assert await bookie_address(store, moved.bookie_id) == ("127.0.0.1", 40000)
+        await registration.set_read_only()
+        assert await bookie_address(store, moved.bookie_id) == ("127.0.0.1", 40000)
+    legacy = join_path(available_path(store.ledgers_root), "10.0.0.8:3182")
+    await store.create(legacy, b"", make_parents=True)  # upstream's legacy: no data at all
+    assert await bookie_address(store, "10.0.0.8:3182") == ("10.0.0.8", 3182)
+    with pytest.raises(ValueError, match="not host:port"):
+        await bookie_address(store, "bookie-7")
 
 
 async def test_readonly_node_is_not_a_bookie(store: MetadataStore) -> None:

@@ -4,7 +4,8 @@ Why a process and not a task: the claims under test — compare-and-set, id allo
 liveness hold *across processes* — are about separate connections, sessions and address
 spaces, and a ``kill -9`` can only be tested on a real process.
 
-Commands (``URI`` and ``SESSION_TIMEOUT`` always come first):
+Commands (``URI``, ``SESSION_TIMEOUT`` and ``CHROOT`` — ZooKeeper's, may be empty — always
+come first; below they are shown as ``URI T``):
 
 * ``increment URI T PATH N`` — add 1 to the decimal counter at PATH, N times, with
   compare-and-set and retry; prints the number of conflicts it saw.
@@ -47,8 +48,10 @@ async def increment(store: MetadataStore, path: str, count: int) -> int:
 
 
 async def main(argv: list[str]) -> None:
-    command, uri, timeout, *args = argv
-    async with open_store(uri, session_timeout=float(timeout), poll_interval=0.02) as store:
+    command, uri, timeout, chroot, *args = argv
+    async with open_store(
+        uri, session_timeout=float(timeout), poll_interval=0.02, chroot=chroot
+    ) as store:
         if command == "increment":
             print(await increment(store, args[0], int(args[1])), flush=True)
         elif command == "allocate":
