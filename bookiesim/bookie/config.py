@@ -225,7 +225,8 @@ class BookieConfig:
         "metadataServiceUri",
         "",
         meaning="Metadata store: sqlite:///path/to/meta.db (embedded) or "
-        "zk://host:port/chroot (ZooKeeper); empty = none configured.",
+        "zk://host:port[;host:port]/ledgers (ZooKeeper; as upstream, the path is the ledgers "
+        "root, e.g. /ledgers); empty = none configured.",
     )
 
     # --- Directories ---------------------------------------------------------------------
@@ -1259,7 +1260,7 @@ _METADATA_URI: Final = re.compile(r"sqlite:\S+|zk(\+[A-Za-z0-9_-]+)?://\S+")
 def _metadata_uri_scheme(c: BookieConfig) -> str | None:
     uri = c.metadata_service_uri
     if uri and not _METADATA_URI.fullmatch(uri):
-        return f"expected sqlite:///path or zk://host:port/chroot, got {uri!r}"
+        return f"expected sqlite:///path or zk://host:port/ledgers-root, got {uri!r}"
     return None
 
 

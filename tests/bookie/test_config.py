@@ -738,7 +738,7 @@ def test_docs_mark_bookiesim_keys_and_changed_defaults() -> None:
     for rule in RULES:
         assert rule.text in doc
     assert "sqlite:///path" in doc
-    assert "zk://host:port/chroot" in doc
+    assert "zk://host:port[;host:port]/ledgers" in doc
 
 
 def test_cli_markdown_defaults_and_check(

@@ -1,9 +1,12 @@
 """A bookie with a metadataServiceUri registers itself while it serves, advertising BP-32's
 write-close (unless it acts as upstream), moves its registration under
-``available/readonly`` when its disk fails, and its registration goes when it stops."""
+``available/readonly`` when its disk fails, and its registration goes when it stops. The
+registration is upstream's ``BookieServiceInfoFormat``, under the URI's ledgers root."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -11,8 +14,11 @@ import trio
 
 from bookiesim.bookie.ledger_storage import StorageFailedError
 from bookiesim.metadata import open_store
-from bookiesim.metadata.registration import live_bookies, read_only_bookies
+from bookiesim.metadata.cluster import INSTANCEID, LAYOUT
+from bookiesim.metadata.registration import bookie_address, live_bookies, read_only_bookies
+from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto import DataFormats_pb2 as dfpb
 from bookiesim.simulation.disk import SimDisk
 from bookiesim.testing import bookie_client, bookie_config, running_bookie
 
@@ -30,6 +36,47 @@ async def test_bookie_registers_while_serving(tmp_path: Path) -> None:
         assert info.supports_write_close
     async with open_store(uri) as store:
         assert await live_bookies(store) == {}
+
+
+async def test_the_registration_is_upstreams_service_info(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/meta.db"
+    cfg = bookie_config(tmp_path, metadata_service_uri=uri)
+    async with running_bookie(cfg) as svc, open_store(uri) as store:
+        address = svc.address
+        assert address is not None
+        node = await store.get(f"/ledgers/available/{address.bookie_id}")
+        assert node is not None
+        msg = dfpb.BookieServiceInfoFormat.FromString(node.value)
+        # Our HTTP server is always on: upstream's "httpserver" endpoint, then the bookie's.
+        assert [(e.id, e.host, e.port, e.protocol) for e in msg.endpoints] == [
+            ("httpserver", "0.0.0.0", address.http_port, "http"),
+            ("bookie", address.host, address.bookie_port, "bookie-rpc"),
+        ]
+        assert dict(msg.properties) == {
+            "bookiesim.features": "writeClose",
+            "bookiesim.pid": str(os.getpid()),
+        }
+        assert await bookie_address(store, address.bookie_id) == (
+            address.host,
+            address.bookie_port,
+        )
+
+
+async def test_a_bookie_registers_under_the_uris_ledgers_root(
+    tmp_path: Path, zookeeper_server: ZooKeeperServer
+) -> None:
+    # Upstream's meaning of the URI: its path is the ledgers root, where the bookie makes the
+    # cluster (LAYOUT, INSTANCEID) and registers; nothing goes to /ledgers below it.
+    root = f"/bk-{uuid.uuid4().hex[:8]}/cluster-a"
+    uri = zookeeper_server.uri(root)
+    cfg = bookie_config(tmp_path, metadata_service_uri=uri)
+    async with running_bookie(cfg) as svc, open_store(uri) as store:
+        assert svc.address is not None
+        assert store.ledgers_root == root
+        assert list(await live_bookies(store)) == [svc.address.bookie_id]
+        children = set(await store.children(root))
+        assert {INSTANCEID, LAYOUT, "available", "cookies"} <= children
+        assert "ledgers" not in children
 
 
 async def test_upstream_behaviour_does_not_advertise_write_close(tmp_path: Path) -> None:
