@@ -37,6 +37,7 @@ from pathlib import Path
 __all__ = [
     "COOKIE_FILE",
     "BookieNameError",
+    "Cookie",
     "LedgerDir",
     "ledger_dir_of",
     "name_ledger_dirs",

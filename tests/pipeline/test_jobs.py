@@ -26,6 +26,7 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log
 from bookiesim.gc.usage import usage_bucket, usage_of
 from bookiesim.metadata.ledgers import LedgerManager
+from bookiesim.pipeline.bookies import read_cookie
 from bookiesim.pipeline.jobs.consistency import consistency
 from bookiesim.pipeline.jobs.gc_report import gc_report
 from bookiesim.pipeline.jobs.inventory import inventory
@@ -75,8 +76,11 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
 
 
 def logs_of(root: Path) -> Iterator[tuple[str, Path]]:
+    """``(bookie, log)``: the bookie as the pipeline names it, by the id in the ledger dir's
+    cookie (bookies write one), else by the dir (``bookie-2/ledgers``)."""
     for path in sorted(root.glob("*/ledgers/current/*.log")):
-        yield path.parent.parent.parent.name, path
+        cookie = read_cookie(path.parent)
+        yield (cookie.bookie_id if cookie else path.parent.parent.parent.name), path
 
 
 def load(spark: SparkSession, root: Path, **options: str) -> DataFrame:
