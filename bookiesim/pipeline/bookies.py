@@ -91,22 +91,38 @@ def path_name(ledger_dir: Path, components: int = 1) -> str:
     return "/".join(parts[-components:]) or str(naming)
 
 
+_ESCAPE = re.compile(r"\\([0-7]{1,3}|.)")
+_ESCAPED = {"t": 9, "n": 10, "r": 13, '"': 34, "'": 39, "\\": 92}
+
+
+def _unescape(text: str) -> str:
+    """A protobuf text-format string's value: C escapes, non-ASCII bytes as octal."""
+
+    def byte(m: re.Match[str]) -> str:
+        code = m.group(1)
+        value = int(code, 8) if code[0] in "01234567" else _ESCAPED.get(code, ord(code))
+        return chr(value)  # one byte per char, decoded as UTF-8 below
+
+    return _ESCAPE.sub(byte, text).encode("latin-1").decode("utf-8", "replace")
+
+
 def read_cookie(logs: Path) -> Cookie | None:
     """The bookie id and ledger dirs of ``logs/VERSION``, or None when there is no cookie
     or it names no bookie (the path names the bookie then)."""
     try:
-        text = (logs / COOKIE_FILE).read_text(encoding="utf-8", errors="replace")
+        # Bytes as chars one to one: the values' UTF-8 is decoded once unescaped.
+        text = (logs / COOKIE_FILE).read_text(encoding="latin-1")
     except OSError:
         return None
     fields: dict[str, str] = {}
     for line in text.splitlines()[1:]:  # the first line is the cookie's format version
         if (m := _FIELD.match(line)) is not None:
-            fields[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\\\", "\\")
+            fields[m.group(1)] = _unescape(m.group(2))
     bookie_id = fields.get("bookieHost", "").strip()
     if not bookie_id:
         return None
     # ``ledgerDirs: "2\t/d1/ledgers\t/d2/ledgers"``: a count, then the dirs (tab-separated).
-    dirs = fields.get("ledgerDirs", "").replace("\\t", "\t").split("\t")[1:]
+    dirs = fields.get("ledgerDirs", "").split("\t")[1:]
     return Cookie(bookie_id, tuple(os.path.abspath(d) for d in dirs if d))
 
 

@@ -9,10 +9,12 @@ dir holds stopped the inventory as a "bad file".
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from bookiesim.pipeline import bookies
 from bookiesim.pipeline.inputs import BookieNameError, InputError, bookie_of, find_logs
 from tests.pipeline.logs import body, write_log
 
@@ -118,3 +120,26 @@ def test_a_short_log_of_junk_is_still_bad(tmp_path: Path) -> None:
     (good.parent / "3.log").write_bytes(b"junk")
     with pytest.raises(InputError, match=r"3\.log"):
         find_logs([str(tmp_path)])
+
+
+def test_the_cookie_reader_agrees_with_the_cookie_codec(tmp_path: Path) -> None:
+    """The pipeline reads cookies with a few lines of its own (it may not import the
+    metadata package); they must read what the codec writes, escapes and all."""
+    from bookiesim.metadata.cookies import Cookie
+
+    dirs = [str(tmp_path / "d1" / "ledgers"), str(tmp_path / 'dé "2"' / "ledgers")]
+    for d in dirs:
+        (Path(d) / "current").mkdir(parents=True)
+        encoded = Cookie.for_bookie("bk-7.example:3181", ["/j"], dirs, instance_id="i").encode()
+        (Path(d) / "current" / "VERSION").write_bytes(encoded)
+    cookie = bookies.read_cookie(Path(dirs[1]) / "current")
+    assert cookie is not None
+    assert (cookie.bookie_id, cookie.ledger_dirs) == ("bk-7.example:3181", tuple(dirs))
+    # Upstream's own, recorded.
+    from tests.interop.vectors import disk_dir
+
+    (tmp_path / "up").mkdir()
+    shutil.copy(disk_dir() / "VERSION.ledgers.bin", tmp_path / "up" / "VERSION")
+    assert bookies.read_cookie(tmp_path / "up") == type(cookie)(
+        "127.0.0.1:35181", ("/tmp/vec/bd/ledgers",)
+    )
