@@ -140,6 +140,5 @@ def test_the_cookie_reader_agrees_with_the_cookie_codec(tmp_path: Path) -> None:
 
     (tmp_path / "up").mkdir()
     shutil.copy(disk_dir() / "VERSION.ledgers.bin", tmp_path / "up" / "VERSION")
-    assert bookies.read_cookie(tmp_path / "up") == type(cookie)(
-        "127.0.0.1:35181", ("/tmp/vec/bd/ledgers",)
-    )
+    upstream = bookies.Cookie("127.0.0.1:35181", ("/tmp/vec/bd/ledgers",))
+    assert bookies.read_cookie(tmp_path / "up") == upstream
