@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from bookiesim.client.errors import LedgerFencedError
-from bookiesim.metadata.errors import MetadataError
+from bookiesim.metadata.errors import MetadataError, NoClusterError
 from bookiesim.sim.cli import main
 from bookiesim.sim.ledger_command import generated_payload, run_action
 
@@ -280,11 +280,13 @@ def test_errors_wrapped_by_nurseries_are_one_line(capsys: pytest.CaptureFixture[
         return action
 
     args = argparse.Namespace()
-    no_cluster = MetadataError("no BookKeeper cluster at zk://h:2181/ledgers")
+    no_cluster = NoClusterError("zk://h:2181/ledgers", "/ledgers")
     assert run_action(raising(no_cluster), args, "ledger list") == 1
-    assert one_line(capsys.readouterr().err) == (
+    assert one_line(capsys.readouterr().err).startswith(
         "ledger list: no BookKeeper cluster at zk://h:2181/ledgers"
     )
+    assert run_action(raising(MetadataError("any\nother")), args, "ledger list") == 1
+    assert one_line(capsys.readouterr().err) == "ledger list: any other"
     fenced = LedgerFencedError("fenced by a recovering client", ledger_id=7)
     assert run_action(raising(fenced), args, "ledger write") == 1
     assert "ledger 7" in one_line(capsys.readouterr().err)
