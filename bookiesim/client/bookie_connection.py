@@ -16,19 +16,35 @@ Two ways to send:
 
 This is the layer both the bookie's black-box tests and the BookKeeper client build on; it
 knows nothing about ledgers, quorums or digests.
+
+A connection opened with ``v2=True`` (the client's ``useV2WireProtocol``) sends v2 packets
+(:func:`~bookiesim.client.wire.to_v2`) and reads v2 answers. v2 has no txnId, so, as
+upstream's ``PerChannelBookieClient`` does, an answer is matched by (operation, ledger,
+entry); requests with the same key are answered first come, first served. Each request
+still gets a connection-local txnId, never sent: waiters, timeouts and :meth:`forget` work
+the same in both protocols, and callbacks get the answer as a v3 ``Response``.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
+from bookiesim.client.wire import V2Key, response_from_v2, v2_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame, parse_response
+from bookiesim.proto import v2 as v2_codec
+from bookiesim.proto.frames import (
+    NEED_DATA,
+    FrameDecoder,
+    FrameError,
+    encode_frame,
+    parse_response,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +61,11 @@ class ConnectionClosedError(ConnectionError):
 class BookieConnection:
     """Send v3 requests and await their responses; use :func:`connect` to open one."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, *, v2: bool = False) -> None:
         self._stream = stream
+        self.v2 = v2
+        self._by_key: dict[V2Key, deque[int]] = {}
+        """v2: the txnIds waiting for an answer with each key, oldest first."""
         self._send_lock = trio.Lock()
         self._txn_ids = itertools.count(1)
         self._waiters: dict[int, ResponseCallback] = {}
@@ -107,17 +126,31 @@ class BookieConnection:
             raise ConnectionClosedError(f"closed before txnId {txn_id} was answered")
         return response
 
-    def submit(self, request: pb.Request | bytes, txn_id: int, callback: ResponseCallback) -> None:
+    def submit(
+        self,
+        request: pb.Request | bytes,
+        txn_id: int,
+        callback: ResponseCallback,
+        v2_key: V2Key | None = None,
+    ) -> None:
         """Queue ``request`` (or its already serialized bytes) without waiting.
 
         ``callback`` runs in the reader task with the response, or with ``None`` if the
         connection ends first (also at once, if it already has). It must not block or raise.
-        Needs :meth:`writer_loop` running, which :func:`connect` does.
+        Needs :meth:`writer_loop` running, which :func:`connect` does. On a v2 connection
+        ``request`` is a v2 packet and ``v2_key`` the key its answer will carry.
         """
         if self._closed is not None:
             callback(None)
             return
         self._waiters[txn_id] = callback
+        if self.v2:
+            if v2_key is None:
+                raise ValueError("a request on a v2 connection needs the key of its answer")
+            queue = self._by_key.get(v2_key)
+            if queue is None:
+                queue = self._by_key[v2_key] = deque()
+            queue.append(txn_id)
         data = request if isinstance(request, bytes) else request.SerializeToString()
         self._outgoing += encode_frame(data)
         self._wake_writer.set()
@@ -161,12 +194,20 @@ class BookieConnection:
                     raise ConnectionClosedError("bookie closed the connection")
                 decoder.receive_data(data)
                 while (frame := decoder.next_frame()) is not NEED_DATA:
+                    if self.v2:
+                        self._dispatch_v2(frame)
+                        continue
                     response = parse_response(frame)
                     callback = waiters.pop(response.header.txnId, None)
                     if callback is None:
                         log.debug("response for unknown txnId %d", response.header.txnId)
                         continue
                     _run_callback(callback, response)
+        except FrameError as exc:
+            # A bookie that answers garbage: nothing more on this connection can be trusted.
+            log.warning("closing connection: %s", exc)
+            self._closed = exc
+            await trio.aclose_forcefully(self._stream)
         except (ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._closed = exc
         finally:
@@ -175,9 +216,29 @@ class BookieConnection:
             self._wake_writer.set()
             self._fail_waiters()
 
+    def _dispatch_v2(self, frame: bytes) -> None:
+        """Hand a v2 answer to the oldest request still waiting with its key."""
+        answer = v2_codec.decode_response(frame)
+        key = v2_key(answer)
+        queue = self._by_key.get(key) if key is not None else None
+        if key is None or queue is None:
+            log.debug("v2 answer nobody waits for: %s", answer)
+            return
+        while queue:
+            txn_id = queue.popleft()
+            callback = self._waiters.pop(txn_id, None)
+            if callback is not None:  # else forgotten (timed out): try the next one
+                if not queue:
+                    del self._by_key[key]
+                _run_callback(callback, response_from_v2(answer, txn_id))
+                return
+        del self._by_key[key]
+        log.debug("v2 answer for a request that timed out: %s", answer)
+
     def _fail_waiters(self) -> None:
         waiters = list(self._waiters.values())
         self._waiters.clear()
+        self._by_key.clear()
         for callback in waiters:
             _run_callback(callback, None)
 
@@ -194,10 +255,10 @@ def _run_callback(callback: ResponseCallback, response: pb.Response | None) -> N
 
 
 @asynccontextmanager
-async def connect(host: str, port: int) -> AsyncIterator[BookieConnection]:
+async def connect(host: str, port: int, *, v2: bool = False) -> AsyncIterator[BookieConnection]:
     """Open a connection whose reader and writer run for the duration of the block."""
     stream = await trio.open_tcp_stream(host, port)
-    conn = BookieConnection(stream)
+    conn = BookieConnection(stream, v2=v2)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.reader_loop)
         nursery.start_soon(conn.writer_loop)

@@ -25,7 +25,7 @@ import trio
 
 from bookiesim.client.bookie_connection import BookieConnection
 from bookiesim.client.errors import BKError, BookieUnavailableError
-from bookiesim.client.wire import WireRequest, encode_request
+from bookiesim.client.wire import NotOnV2Error, WireRequest, encode_request, to_v2
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 __all__ = ["BookieConnector", "BookiePool", "Outcome", "OutcomeCallback", "tcp_connector"]
@@ -100,8 +100,11 @@ class BookiePool:
         *,
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
+        v2: bool = False,
     ) -> None:
         self._nursery = nursery
+        self.v2 = v2
+        """Speak the v2 protocol to every bookie (``useV2WireProtocol``)."""
         self._connector = connector
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
@@ -143,6 +146,14 @@ class BookiePool:
             ch.catch_up()
             parked.set()
         txn_id = conn.next_txn_id()
+        if conn.v2:
+            try:
+                packet, key = to_v2(request)
+            except NotOnV2Error as exc:
+                callback(BKError(f"not sent over the v2 protocol: {exc}", bookie=ch.bookie_id))
+                return
+            conn.submit(packet, txn_id, _Pending(ch.bookie_id, callback, ch.tick), key)
+            return
         data = encode_request(request, txn_id)
         conn.submit(data, txn_id, _Pending(ch.bookie_id, callback, ch.tick))
 
@@ -176,7 +187,7 @@ class BookiePool:
             for _, callback in backlog:
                 callback(error)
             return
-        conn = BookieConnection(stream)
+        conn = BookieConnection(stream, v2=self.v2)
         ch.connects += 1
         ch.conn = conn
         ch.connecting = False

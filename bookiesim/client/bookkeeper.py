@@ -91,6 +91,10 @@ class ClientConfig:
     """The longest such wait, in seconds."""
     write_close_grace: float = 1.0
     """On leaving the client, how long WriteCloses still in flight may take."""
+    use_v2_wire_protocol: bool = False
+    """Speak BookKeeper's v2 protocol to bookies, as Pulsar's brokers do [useV2WireProtocol].
+    Adds and reads only: WriteClose (a v3 extension) is not sent, nor is WriteLac (upstream's
+    client would send it as v3, which a connection already in v2 cannot decode)."""
     unsafe_recovery_reads_without_fence: bool = False
     """Re-create upstream bug #2614 (BookKeeper ≤ 4.13): recovery reads entries without the
     fencing flag, so a zombie writer can still get an entry acknowledged that recovery
@@ -195,6 +199,7 @@ class BookKeeper:
             self._connector,
             request_timeout=self.config.request_timeout,
             connect_timeout=self.config.connect_timeout,
+            v2=self.config.use_v2_wire_protocol,
         )
         self._stack = stack
         return self
@@ -407,7 +412,9 @@ class BookKeeper:
 
             for bookie in sorted(bookies):
                 info = live.get(bookie)
-                if info is None or not info.supports_write_close:
+                if info is None or not info.supports_write_close or self.pool.v2:
+                    # Over v2 too: WriteClose has no v2 form, and a bookie's connection that
+                    # switched to v2 cannot decode a v3 frame any more.
                     self.stats.write_close_skipped += 1
                     continue
                 request = from_message(

@@ -724,6 +724,11 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         """Send the LAC explicitly (WriteLac) to the current ensemble; returns how many
         bookies stored it. Readers then see it even though no later add carried it."""
         lac = self._lac
+        if self._bk.pool.v2:
+            # WriteLac has no v2 form (useV2WireProtocol): readers learn the LAC from the
+            # next entry instead, as with upstream's v2 client.
+            log.debug("WriteLac of ledger %d not sent: v2 wire protocol", self.ledger_id)
+            return 0
         blob = self.digest.package_lac(lac)
         request = from_message(
             pb.Request(

@@ -357,7 +357,11 @@ class _EntryRead:
         dist = recovery.dist
         self.tracker = RecoveryReadTracker(dist.write_quorum, dist.ack_quorum)
         self.positions = dist.write_set(entry_id)
-        self.request = read_request(recovery.ledger_id, entry_id, fence_key=fence_key)
+        # High priority, as upstream's recovery reads entries (its first fencing read of
+        # entry -1 is not): a read-only bookie still serves them.
+        self.request = read_request(
+            recovery.ledger_id, entry_id, fence_key=fence_key, high_priority=True
+        )
         self.answers: list[str] = []
         self.decided = False
         self.parallel = False

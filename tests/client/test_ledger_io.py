@@ -33,8 +33,9 @@ from tests.client.helpers import payload, read_direct
 
 
 async def test_e3_qw2_qa2_writes_are_on_every_replica_of_their_write_set(
-    cluster: LocalCluster, bk: BookKeeper
+    cluster: LocalCluster, bk_wire: BookKeeper
 ) -> None:
+    bk = bk_wire
     lh = await bk.create_ledger(3, 2, 2)
     lid = lh.ledger_id
     futures = [lh.append_async(payload(lid, i)) for i in range(30)]
@@ -75,8 +76,8 @@ async def test_bodies_carry_the_running_lac_and_total_length(bk: BookKeeper) -> 
     assert lh.length == 15
 
 
-async def test_pipelined_adds_are_acknowledged_in_entry_order(bk: BookKeeper) -> None:
-    lh = await bk.create_ledger(3, 2, 2)
+async def test_pipelined_adds_are_acknowledged_in_entry_order(bk_wire: BookKeeper) -> None:
+    lh = await bk_wire.create_ledger(3, 2, 2)
     futures = [lh.append_async(b"p%d" % i) for i in range(300)]
     while not futures[-1].done:
         done = [f.done for f in futures]
@@ -118,7 +119,8 @@ async def test_idle_writer_sends_its_lac_explicitly(cluster: LocalCluster) -> No
         await lh.close()
 
 
-async def test_closed_ledger_reads_stop_at_its_last_entry(bk: BookKeeper) -> None:
+async def test_closed_ledger_reads_stop_at_its_last_entry(bk_wire: BookKeeper) -> None:
+    bk = bk_wire
     lh = await bk.create_ledger(3, 2, 2)
     for i in range(3):
         await lh.add_entry(b"e%d" % i)

@@ -155,10 +155,12 @@ async def test_recovery_keeps_a_prefix_of_what_is_stored(
     await check_recovered(bk, handle, list(range(30)))
 
 
-async def test_zombie_writer_adds_fail_as_fenced(cluster: LocalCluster) -> None:
+async def test_zombie_writer_adds_fail_as_fenced(
+    cluster: LocalCluster, wire_config: ClientConfig
+) -> None:
     async with (
-        BookKeeper(cluster.store, config=TEST_CONFIG) as writer,
-        BookKeeper(cluster.store, config=TEST_CONFIG) as recoverer,
+        BookKeeper(cluster.store, config=wire_config) as writer,
+        BookKeeper(cluster.store, config=wire_config) as recoverer,
     ):
         lh = await writer.create_ledger(3, 2, 2)
         lid = lh.ledger_id
@@ -177,9 +179,12 @@ async def test_zombie_writer_adds_fail_as_fenced(cluster: LocalCluster) -> None:
         assert lh.metadata == handle.metadata
         assert (await recoverer.read_metadata(lid))[1] == version
         await check_recovered(recoverer, handle, list(range(10)))
+    v2 = sum(cluster.service(b).server.v2_connections for b in cluster.running_ids())
+    assert (v2 > 0) == wire_config.use_v2_wire_protocol
 
 
-async def test_recovering_an_empty_or_closed_ledger(bk: BookKeeper) -> None:
+async def test_recovering_an_empty_or_closed_ledger(bk_wire: BookKeeper) -> None:
+    bk = bk_wire
     lh = await bk.create_ledger(3, 2, 2)
     handle = await bk.open_ledger(lh.ledger_id, recovery=True)
     assert (handle.metadata.last_entry_id, handle.metadata.length) == (-1, 0)
@@ -209,7 +214,7 @@ async def test_concurrent_recoverers_agree(cluster: LocalCluster, bk: BookKeeper
 
 
 async def test_recovery_replaces_a_dead_bookie_in_one_close(
-    cluster: LocalCluster, bk: BookKeeper
+    cluster: LocalCluster, bk: BookKeeper, wire_config: ClientConfig
 ) -> None:
     lh = await bk.create_ledger(3, 3, 2)
     lid = lh.ledger_id
@@ -217,7 +222,7 @@ async def test_recovery_replaces_a_dead_bookie_in_one_close(
         await lh.add_entry(payload(lid, i))
     dead = lh.ensemble[2]
     await cluster.stop_bookie(dead)
-    async with BookKeeper(cluster.store, config=TEST_CONFIG) as r:
+    async with BookKeeper(cluster.store, config=wire_config) as r:
         handle = await r.open_ledger(lid, recovery=True)
         # The bookies knew LAC 18 (from entry 19's header): entry 19 is re-added, and its
         # write set needs a replacement for the dead bookie — a segment from 19 on, written

@@ -9,6 +9,8 @@ but when the log is rotated.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import trio
 
@@ -178,3 +180,19 @@ async def test_recovery_sends_write_close_only_after_re_adds(
         assert rotations(cluster, bookie, RotationReason.FENCE) == tail
         assert rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == tail
         assert not has_active_log(cluster, bookie, lh.ledger_id)
+
+
+async def test_a_v2_client_sends_no_write_close(cluster: LocalCluster) -> None:
+    """WriteClose is a v3 extension, and a bookie's connection that switched to v2 cannot
+    decode a v3 frame: with useV2WireProtocol the client skips it (the bookies rotate the
+    ledger's log at expiry instead), and closing still works."""
+    config = replace(TEST_CONFIG, use_v2_wire_protocol=True)
+    async with BookKeeper(cluster.store, config=config) as bk:
+        lid, bookies = await write_ledger(bk, 3)
+        await bk.wait_write_closes()
+        assert (bk.stats.write_close_sent, bk.stats.write_close_skipped) == (0, 3)
+        for bookie in bookies:
+            assert rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == 0
+            assert has_active_log(cluster, bookie, lid)
+        reader = await bk.open_ledger(lid)
+        assert reader.last_add_confirmed == 19
