@@ -7,12 +7,15 @@ ephemeral-liveness test of the store as much as of registration.
 from __future__ import annotations
 
 import string
+from pathlib import Path
 
 import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.client import BookKeeper
+from bookiesim.client.testing import running_cluster
 from bookiesim.metadata import (
     FEATURE_WRITE_CLOSE,
     BookieIdInUseError,
@@ -24,7 +27,7 @@ from bookiesim.metadata import (
     register_bookie,
     watch_live_bookies,
 )
-from bookiesim.metadata.registration import available_path
+from bookiesim.metadata.registration import BookieRegistration, available_path
 from bookiesim.metadata.sqlite_store import SqliteStore
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.zk_store import ZkStore
@@ -283,3 +286,25 @@ async def test_a_read_only_registration_comes_back_after_session_expiry(
                         break
                     await trio.sleep(0.05)
             assert await live_bookies(observer) == {}
+
+
+async def test_the_client_reaches_bookies_where_their_registrations_say(tmp_path: Path) -> None:
+    # Upstream's bookies may have ids that are not addresses (a custom bookieId), and the
+    # vectors' wire recording pointed an endpoint at a proxy: the client must connect to the
+    # bookie-rpc endpoint, not to the id. Here the ids name no address at all.
+    async with running_cluster(tmp_path, 0) as cluster, trio.open_nursery() as nursery:
+        for n in range(3):
+            address = await cluster.start_bookie(register=False)
+            port = int(address.rsplit(":", 1)[1])
+            info = BookieInfo(f"bookie-{n}", host="127.0.0.1", port=port)
+            await nursery.start(BookieRegistration(cluster.store, info).run)
+        async with BookKeeper(cluster.store) as bk:
+            lh = await bk.create_ledger(3, 2, 2)
+            assert sorted(lh.ensemble) == ["bookie-0", "bookie-1", "bookie-2"]
+            for i in range(5):
+                await lh.add_entry(b"entry %d" % i)
+            await lh.close()
+            reader = await bk.open_ledger(lh.ledger_id)
+            entries = await reader.read_entries(0, 4)
+            assert [e.payload for e in entries] == [b"entry %d" % i for i in range(5)]
+        nursery.cancel_scope.cancel()
