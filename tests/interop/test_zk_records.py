@@ -17,17 +17,19 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from bookiesim.client import BookKeeper
-from bookiesim.client.testing import running_cluster
+from bookiesim.client.testing import running_cluster, stable_port
 from bookiesim.metadata import BookieInfo, LedgerMetadata, MetadataStore, open_store
 from bookiesim.metadata.cluster import INSTANCEID, LAYOUT, LAYOUT_HIERARCHICAL
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.proto import DataFormats_pb2 as pb
+from bookiesim.testing import bookie_config, running_bookie
 from tests.interop.vectors import upstream_dir
 
 ROOT = "/ledgers"
@@ -285,3 +287,27 @@ async def test_a_bookiesim_cluster_writes_upstreams_tree(
             if _LEDGER.fullmatch(z.path)
         }
         assert {f"L000{n}": v.version for n, v in versions.items() if v is not None} == recorded
+
+
+async def test_bookie_processes_write_upstreams_tree_with_cookies(
+    tmp_path: Path, zookeeper_server: ZooKeeperServer
+) -> None:
+    # The same first moment with bookies as `bookiesim bookie` runs them: each opens the URI
+    # itself, makes the cluster, stamps its cookie and registers (docs/bookie.md). Here the
+    # cookies are compared too: persistent, one per bookie, beside the registrations.
+    root = f"/records-{uuid.uuid4().hex[:8]}/ledgers"
+    uri = zookeeper_server.uri(root)
+    async with AsyncExitStack() as stack:
+        ids = []
+        for n in range(3):
+            # A fixed port: the bookie id, which the store's cookie is named by, is known
+            # before the bookie binds (as with upstream's bookiePort).
+            cfg = bookie_config(
+                tmp_path / f"b{n}", metadata_service_uri=uri, bookie_port=stable_port()
+            )
+            service = await stack.enter_async_context(running_bookie(cfg))
+            assert service.address is not None
+            ids.append(service.address.bookie_id)
+        store = await stack.enter_async_context(open_store(uri))
+        tree = await _our_tree(store, root)
+    assert _shape(tree, ids) == _recorded_shape("01-after-init-3-bookies")
