@@ -6,14 +6,20 @@ reconnects loses a bookie for good after a restart. These are the pool's promise
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import trio
+import trio.testing
 
-from bookiesim.client import BookieUnavailableError, BookKeeper, ClientConfig
+from bookiesim.client import BKError, BookieUnavailableError, BookKeeper, ClientConfig
+from bookiesim.client.bookie_connection import BookieConnection
 from bookiesim.client.bookie_pool import BookiePool
 from bookiesim.client.testing import FaultyConnector, LocalCluster, stable_port
-from bookiesim.client.wire import from_message, read_request
+from bookiesim.client.wire import add_request, from_message, read_request, to_v2
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto import v2
+from bookiesim.proto.frames import FrameDecoder, encode_frame
 
 
 async def test_unreachable_bookie_fails_fast() -> None:
@@ -126,3 +132,78 @@ async def test_in_flight_requests_fail_when_the_bookie_goes(
     response = await bk.pool.call(bookie, read_request(lh.ledger_id, 0))
     assert response.status == pb.EOK
     assert bk.pool.connects(bookie) == 2
+
+
+# -- v2 connections: answers matched by (operation, ledger, entry) -----------------------------
+
+
+async def test_v2_answers_go_to_the_oldest_request_with_their_key() -> None:
+    """As upstream's PerChannelBookieClient: v2 has no txnId, so two reads of the same
+    entry are answered in the order they were sent, a timed-out (forgotten) request is
+    skipped, and a bookie answering garbage ends the connection (waiters get None)."""
+    client_end, bookie_end = trio.testing.memory_stream_pair()
+    conn = BookieConnection(client_end, v2=True)
+    got: list[tuple[str, pb.Response | None]] = []
+
+    def track(name: str) -> Callable[[pb.Response | None], None]:
+        return lambda response: got.append((name, response))
+
+    key = b"k" * 20
+    requests = {
+        "forgotten": read_request(5, -1),
+        "first": read_request(5, -1, fence_key=key),
+        "second": read_request(5, -1),
+        "add": add_request(5, 0, key, bytes(40)),
+        "orphan": read_request(5, 7),
+    }
+    ids = {}
+    for name, request in requests.items():
+        packet, v2_key = to_v2(request)
+        ids[name] = conn.next_txn_id()
+        conn.submit(packet, ids[name], track(name), v2_key)
+    assert conn.forget(ids["forgotten"]) is not None
+
+    async def bookie() -> None:
+        frames = FrameDecoder()
+        seen = 0
+        while seen < 5:
+            frames.receive_data(await bookie_end.receive_some())
+            seen += len(frames.next_frames())
+        answers: list[v2.V2Response] = [
+            v2.AddResponse(v2.ErrorCode.EOK, 5, 0),
+            v2.ReadResponse(v2.ErrorCode.EOK, 5, -1, b"entry"),
+            v2.ReadResponse(v2.ErrorCode.ENOENTRY, 5, -1),
+        ]
+        for answer in answers:
+            await bookie_end.send_all(encode_frame(v2.encode_response(answer)))
+        await bookie_end.send_all(encode_frame(b"\x02\x01\x00"))  # a torn v2 answer
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.writer_loop)
+            nursery.start_soon(bookie)
+            await conn.reader_loop()
+    names = [name for name, _ in got]
+    assert names == ["add", "first", "second", "orphan"]
+    answers = dict(got)
+    assert answers["add"] is not None
+    assert answers["add"].header.txnId == ids["add"]
+    assert answers["first"] is not None
+    assert (answers["first"].status, answers["first"].readResponse.body) == (pb.EOK, b"entry")
+    assert answers["second"] is not None
+    assert answers["second"].status == pb.ENOENTRY
+    assert answers["orphan"] is None  # the connection ended first
+    assert conn.closed
+
+
+async def test_a_v2_pool_refuses_what_v2_cannot_carry(cluster: LocalCluster) -> None:
+    config = ClientConfig(request_timeout=3, use_v2_wire_protocol=True)
+    async with BookKeeper(cluster.store, config=config) as bk:
+        bookie = cluster.running_ids()[0]
+        wl = from_message(pb.Request(writeLacRequest=pb.WriteLacRequest(ledgerId=1, lac=0)))
+        with pytest.raises(BKError, match=f"bookie {bookie}: not sent over the v2 protocol"):
+            await bk.pool.call(bookie, wl)
+        lh = await bk.create_ledger(3, 2, 2)
+        await lh.add_entry(b"x")
+        assert await lh.write_lac() == 0  # WriteLac is skipped, not failed
+        assert (await bk.pool.call(bookie, read_request(99, 0))).status == pb.ENOLEDGER
