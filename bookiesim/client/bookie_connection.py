@@ -100,7 +100,9 @@ class BookieConnection:
         await self.send_raw(encode_frame(request.SerializeToString()))
 
     async def call(self, request: pb.Request) -> pb.Response:
-        """Send ``request`` and wait for the response with the same txnId."""
+        """Send ``request`` and wait for the response with the same txnId (v3 only)."""
+        if self.v2:
+            raise ValueError("call() sends a v3 Request; a v2 connection takes submit() packets")
         if self._closed is not None:
             raise ConnectionClosedError("connection already closed") from self._closed
         txn_id = request.header.txnId
