@@ -200,6 +200,7 @@ class BookieService:
             http_port=address.http_port,
             features=frozenset(features),
             pid=os.getpid(),
+            http_host=self.cfg.http_server_host,
         )
         async with register_bookie(store, info) as registration:
             gc = self.bookie.gc

@@ -14,9 +14,10 @@ bookie writes it, so that upstream's client can resolve our bookies and we their
 * the ``bookie-rpc`` endpoint — id ``"bookie"``, the bookie's port and advertised host, no
   auth, no extensions (upstream adds the extension ``"tls"`` only with TLS, which we lack) —
   is the address clients connect to (upstream's ``DefaultBookieAddressResolver``);
-* with the HTTP server on, an ``http`` endpoint — id ``"httpserver"``, host ``"0.0.0.0"`` —
-  listed *first*: upstream collects endpoints in a ``ConcurrentHashMap``, whose iteration
-  puts ``"httpserver"`` before ``"bookie"`` (bucket 7 before 14 of 16), so the bytes match;
+* with the HTTP server on, an ``http`` endpoint — id ``"httpserver"``, the HTTP server's
+  configured host (``httpServerHost``, upstream's default ``"0.0.0.0"``) and port — listed
+  *first*: upstream collects endpoints in a ``ConcurrentHashMap``, whose iteration puts
+  ``"httpserver"`` before ``"bookie"`` (bucket 7 before 14 of 16), so the bytes match;
 * bookiesim's extras in ``properties``, whose unknown keys upstream ignores:
   ``bookiesim.features`` (comma-separated; ``"writeClose"``, :data:`FEATURE_WRITE_CLOSE`,
   means the bookie serves BP-32 WriteClose) and ``bookiesim.pid``.
@@ -90,7 +91,7 @@ RPC_ENDPOINT_ID: Final = "bookie"
 HTTP_PROTOCOL: Final = "http"
 HTTP_ENDPOINT_ID: Final = "httpserver"
 HTTP_ENDPOINT_HOST: Final = "0.0.0.0"
-"""What upstream's HTTP service publishes as its host, whatever address it binds."""
+"""Upstream's default ``httpServerHost``, which its HTTP service publishes as the host."""
 FEATURES_PROPERTY: Final = "bookiesim.features"
 PID_PROPERTY: Final = "bookiesim.pid"
 
@@ -126,6 +127,9 @@ class BookieInfo:
     http_port: int | None = None
     features: frozenset[str] = field(default_factory=frozenset)
     pid: int | None = None
+    http_host: str = HTTP_ENDPOINT_HOST
+    """The host of the ``http`` endpoint (the bookie's ``httpServerHost``); the default when
+    there is no ``http_port``."""
 
     def __post_init__(self) -> None:
         if not _BOOKIE_ID.fullmatch(self.bookie_id) or self.bookie_id == READONLY:
@@ -139,6 +143,8 @@ class BookieInfo:
             object.__setattr__(self, "host", id_host)
         if not self.port:
             object.__setattr__(self, "port", id_port)
+        if self.http_port is None:  # no http endpoint: its host is not registered either
+            object.__setattr__(self, "http_host", HTTP_ENDPOINT_HOST)
         for what, port in (("port", self.port), ("http port", self.http_port)):
             if port is not None and not 0 <= port <= 65535:
                 raise ValueError(f"{self.bookie_id}: {what} {port} out of range")
@@ -155,7 +161,7 @@ class BookieInfo:
             msg.endpoints.add(
                 id=HTTP_ENDPOINT_ID,
                 port=self.http_port,
-                host=HTTP_ENDPOINT_HOST,
+                host=self.http_host,
                 protocol=HTTP_PROTOCOL,
             )
         msg.endpoints.add(id=RPC_ENDPOINT_ID, port=self.port, host=self.host, protocol=RPC_PROTOCOL)
@@ -196,6 +202,7 @@ class BookieInfo:
             http_port=http.port if http is not None else None,
             features=frozenset(f for f in features.split(",") if f),
             pid=int(pid) if pid is not None else None,
+            http_host=http.host if http is not None else HTTP_ENDPOINT_HOST,
         )
 
     @classmethod

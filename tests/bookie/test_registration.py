@@ -47,9 +47,10 @@ async def test_the_registration_is_upstreams_service_info(tmp_path: Path) -> Non
         node = await store.get(f"/ledgers/available/{address.bookie_id}")
         assert node is not None
         msg = dfpb.BookieServiceInfoFormat.FromString(node.value)
-        # Our HTTP server is always on: upstream's "httpserver" endpoint, then the bookie's.
+        # Our HTTP server is always on: upstream's "httpserver" endpoint (at httpServerHost),
+        # then the bookie's.
         assert [(e.id, e.host, e.port, e.protocol) for e in msg.endpoints] == [
-            ("httpserver", "0.0.0.0", address.http_port, "http"),
+            ("httpserver", cfg.http_server_host, address.http_port, "http"),
             ("bookie", address.host, address.bookie_port, "bookie-rpc"),
         ]
         assert dict(msg.properties) == {

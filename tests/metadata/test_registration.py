@@ -144,6 +144,7 @@ def _infos(draw: st.DrawFn) -> BookieInfo:
         http_port=draw(st.one_of(st.none(), _PORTS)),
         features=draw(st.frozensets(_NAMES, max_size=4)),
         pid=draw(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))),
+        http_host=draw(st.sampled_from(["0.0.0.0", "127.0.0.1", "::"])),
     )
 
 
