@@ -2,10 +2,11 @@
 
 ``up`` starts N ``bookiesim bookie`` processes on loopback, each under ``DIR/bookie-N``, all
 registered in one metadata store (``sqlite:///DIR/metadata.db`` unless ``--metadata`` names
-another, e.g. ``zk://127.0.0.1:2181``), writes a Prometheus scrape config to
-``DIR/prometheus.yml`` and the cluster's description to ``DIR/cluster.json``, and returns once
-every bookie serves and is registered. ``status`` reads that file and asks each bookie;
-``down`` stops them (SIGTERM, a final checkpoint each; SIGKILL after a timeout).
+another, e.g. ``zk://127.0.0.1:2181/ledgers``, whose path is the ledgers root as upstream reads
+it), writes a Prometheus scrape config to ``DIR/prometheus.yml`` and the cluster's description
+to ``DIR/cluster.json``, and returns once every bookie serves and is registered. ``status``
+reads that file and asks each bookie; ``down`` stops them (SIGTERM, a final checkpoint each;
+SIGKILL after a timeout).
 """
 
 from __future__ import annotations
