@@ -12,9 +12,11 @@ import argparse
 import base64
 import io
 import json
+import os
 import select
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import trio
 from bookiesim.client.errors import LedgerFencedError
 from bookiesim.metadata.errors import MetadataError, NoClusterError
 from bookiesim.sim.cli import main
-from bookiesim.sim.ledger_command import generated_payload, run_action
+from bookiesim.sim.ledger_command import _stdin_payloads, generated_payload, run_action
 
 pytestmark = pytest.mark.slow
 
@@ -183,6 +185,7 @@ class Writer:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        self.held = b""
 
     def send(self, line: bytes) -> None:
         assert self.proc.stdin is not None
@@ -190,16 +193,26 @@ class Writer:
         self.proc.stdin.flush()
 
     def next_line(self, timeout: float = 30.0) -> str:
-        """The next line on stdout, failing if none comes within ``timeout`` seconds."""
+        """The next line on stdout, failing if none comes within ``timeout`` seconds.
+
+        Read from the descriptor, not the buffered file: a line already in its buffer would
+        not make ``select`` say the pipe is readable."""
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, f"no output within {timeout} s"
-        return self.proc.stdout.readline().decode().rstrip("\n")
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.held:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no output within {timeout} s"
+            chunk = os.read(fd, 4096)
+            assert chunk, "stdout closed"
+            self.held += chunk
+        line, _, self.held = self.held.partition(b"\n")
+        return line.decode()
 
     def finish(self) -> tuple[int, str, str]:
         """Close stdin and wait for the end."""
         out, err = self.proc.communicate(timeout=60)
-        return self.proc.returncode, out.decode(), err.decode()
+        return self.proc.returncode, (self.held + out).decode(), err.decode()
 
 
 def test_stdin_lines_are_added_as_they_arrive(
@@ -292,3 +305,19 @@ def test_errors_wrapped_by_nurseries_are_one_line(capsys: pytest.CaptureFixture[
     assert "ledger 7" in one_line(capsys.readouterr().err)
     with pytest.raises(BaseExceptionGroup):
         run_action(raising(RuntimeError("a bug")), args, "ledger write")
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"a", b"a\n", b"a\r\nb\n\nc", b"x" * 200_000 + b"\ny", b"\n"]
+)
+def test_stdin_lines_split_as_lines(data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines spanning the reader's chunks, CRLF, a last line with no newline."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+    async def lines() -> list[bytes]:
+        return [line async for line in _stdin_payloads()]
+
+    expected = [line.removesuffix(b"\r") for line in data.split(b"\n")]
+    if expected[-1] == b"":
+        expected.pop()
+    assert trio.run(lines) == expected
