@@ -54,6 +54,7 @@ from bookiesim.client import (
     LedgerEntry,
     LedgerHandle,
 )
+from bookiesim.metadata.cluster import require_cluster
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.sim.cluster_command import read_state
@@ -148,8 +149,15 @@ def metadata_uri(args: argparse.Namespace) -> str:
 
 @asynccontextmanager
 async def _client(args: argparse.Namespace) -> AsyncIterator[BookKeeper]:
-    config = ClientConfig(request_timeout=args.timeout, connect_timeout=min(5.0, args.timeout))
+    config = ClientConfig(
+        request_timeout=args.timeout,
+        connect_timeout=min(5.0, args.timeout),
+        use_v2_wire_protocol=args.use_v2_wire_protocol,
+    )
     async with BookKeeper.open(metadata_uri(args), config=config) as bk:
+        # A root with no cluster at all is a wrong path far more often than a cluster with
+        # no ledgers yet: say so, instead of "no metadata" or an empty list.
+        await require_cluster(bk.store, bk.ledgers_root)
         yield bk
 
 
@@ -507,6 +515,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout", type=float, default=10.0, help="seconds a bookie has to answer (default 10)"
     )
     common.add_argument("-v", "--verbose", action="store_true", help="the client's log on stderr")
+    common.add_argument(
+        "--use-v2-wire-protocol",
+        action="store_true",
+        help="talk to the bookies in the v2 protocol, as Pulsar does [useV2WireProtocol]",
+    )
 
     def action(name: str, fn: Action, help_text: str) -> argparse.ArgumentParser:
         sub = actions.add_parser(name, parents=[common], help=help_text)
