@@ -25,6 +25,7 @@ Errors (no such ledger, closed, fenced, wrong password, too few bookies, no clus
 URI) print one line on stderr naming the ledger or the URI and exit 1, also when trio hands
 them over wrapped in an exception group; bad arguments exit 2. The libraries' log (client,
 ZooKeeper) is shown with ``--verbose`` only, so that a failure is that one line.
+``--use-v2-wire-protocol`` speaks BookKeeper's v2 protocol to the bookies, as Pulsar does.
 """
 
 from __future__ import annotations
