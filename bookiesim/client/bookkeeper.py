@@ -21,10 +21,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
 from typing import Self
@@ -32,6 +30,7 @@ from typing import Self
 import trio
 
 from bookiesim.client.bookie_pool import BookieConnector, BookiePool, Outcome
+from bookiesim.client.context import ClientConfig, ClientStats, EnsembleProposal
 from bookiesim.client.digest import DigestType
 from bookiesim.client.errors import (
     BKError,
@@ -42,7 +41,9 @@ from bookiesim.client.errors import (
     NotEnoughBookiesError,
     UnauthorizedError,
 )
-from bookiesim.client.ledger_handle import LedgerEntry, LedgerHandle, ReadOnlyLedgerHandle
+from bookiesim.client.ledger_handle import LedgerHandle
+from bookiesim.client.read_handle import LedgerEntry, ReadOnlyLedgerHandle
+from bookiesim.client.recovery import recover_ledger
 from bookiesim.client.wire import from_message
 from bookiesim.metadata.cluster import refuse_previous_uri_form
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
@@ -60,86 +61,6 @@ from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 __all__ = ["BookKeeper", "ClientConfig", "ClientStats", "EnsembleProposal"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """Client settings; upstream's names in brackets where there is one."""
-
-    request_timeout: float = 10.0
-    """Seconds a bookie has to answer a request [addEntryTimeoutSec, readEntryTimeoutSec]."""
-    connect_timeout: float = 5.0
-    """Seconds to open a connection [connectTimeoutMillis]."""
-    seed: int | None = None
-    """Seeds the random choice of ensembles and replacements (None: not reproducible)."""
-    read_window: int = 64
-    """Entries read concurrently by ``read_entries``."""
-    recovery_read_window: int = 512
-    """Entries recovery reads ahead of the one it is deciding, at most (it starts with a
-    few and doubles) [upstream reads recoveryReadBatchSize entries at a time]."""
-    parallel_recovery_reads: bool = False
-    """Ask every replica of an entry at once during recovery, instead of one after the
-    other [enableParallelRecoveryRead]. Faster to rule an entry out, twice the reads."""
-    explicit_lac_interval: float | None = None
-    """If set, a writer idle this long with an unsent LAC sends it by WriteLac
-    [explicitLacInterval]."""
-    bookie_retry_backoff: float = 0.1
-    """Seconds before an ensemble change may reuse a bookie that failed this ledger handle,
-    when no bookie that did not is left; doubled with each failure in a row, back to this at
-    the bookie's first acknowledged add (:mod:`.failed_bookies`). No upstream counterpart."""
-    bookie_retry_backoff_max: float = 5.0
-    """The longest such wait, in seconds."""
-    write_close_grace: float = 1.0
-    """On leaving the client, how long WriteCloses still in flight may take."""
-    use_v2_wire_protocol: bool = False
-    """Speak BookKeeper's v2 protocol to bookies, as Pulsar's brokers do [useV2WireProtocol].
-    Adds and reads only: WriteClose (a v3 extension) is not sent, nor is WriteLac (upstream's
-    client would send it as v3, which a connection already in v2 cannot decode)."""
-    unsafe_recovery_reads_without_fence: bool = False
-    """Re-create upstream bug #2614 (BookKeeper ≤ 4.13): recovery reads entries without the
-    fencing flag, so a zombie writer can still get an entry acknowledged that recovery
-    declared missing. For fault campaigns only; never in real use."""
-    unsafe_recovery_below_last_ensemble: bool = False
-    """Re-create upstream bug #2615 (BookKeeper ≤ 4.13): recovery starts at the LAC the
-    fencing reads found, not floored at the last ensemble's first entry - 1, and reads each
-    entry from its own segment's bookies. Entries of an earlier segment are then re-added to
-    the last ensemble, and a failed re-add proposes an ensemble change below that segment
-    (invariant S5). For fault campaigns only; never in real use."""
-
-
-@dataclass(frozen=True)
-class EnsembleProposal:
-    """An ensemble change some handle of this client proposed (for invariants S5)."""
-
-    ledger_id: int
-    first_entry_id: int
-    ensemble: tuple[str, ...]
-    by_recovery: bool
-
-
-@dataclass
-class ClientStats:
-    """Counters of one client (what a test or an operator asks "how often did X happen")."""
-
-    adds_completed: int = 0
-    adds_failed: int = 0
-    ensemble_changes: int = 0
-    metadata_conflicts: int = 0
-    """Compare-and-set attempts that lost a race and were retried."""
-    recoveries: int = 0
-    recovered_entries: int = 0
-    write_close_sent: int = 0
-    write_close_ok: int = 0
-    write_close_failed: int = 0
-    write_close_skipped: int = 0
-    """Ensemble bookies not sent a WriteClose: not registered, or not advertising it."""
-    proposals: deque[EnsembleProposal] = field(default_factory=lambda: deque(maxlen=1000))
-    """The latest ensemble changes proposed (kept for checks; bounded)."""
-
-    def record_proposal(
-        self, ledger_id: int, first: int, ensemble: tuple[str, ...], by_recovery: bool
-    ) -> None:
-        self.proposals.append(EnsembleProposal(ledger_id, first, ensemble, by_recovery))
 
 
 class BookKeeper:
@@ -303,8 +224,6 @@ class BookKeeper:
         if password is not None and password != metadata.password:
             raise UnauthorizedError("wrong password", ledger_id=ledger_id)
         if recovery and not metadata.is_closed:
-            from bookiesim.client.recovery import recover_ledger
-
             return await recover_ledger(self, ledger_id)
         handle = ReadOnlyLedgerHandle(self, ledger_id, metadata, version)
         if not metadata.is_closed:

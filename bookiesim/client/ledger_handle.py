@@ -36,15 +36,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
 import trio
 
+from bookiesim.client.add_future import AddFuture
 from bookiesim.client.bookie_pool import Outcome
-from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
-from bookiesim.client.distribution import RoundRobinDistribution, ensemble_covered
+from bookiesim.client.context import ClientContext
 from bookiesim.client.errors import (
     BKError,
     BookieRequestError,
@@ -52,305 +50,30 @@ from bookiesim.client.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
-    NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnauthorizedError,
 )
 from bookiesim.client.failed_bookies import FailedBookies
-from bookiesim.client.wire import WireRequest, add_request, from_message, read_request
+from bookiesim.client.handle_state import (
+    ACCEPTS_ADDS,
+    CHANGING,
+    FAILED,
+    RUNNING,
+    HandleEvent,
+    HandleState,
+    next_state,
+)
+from bookiesim.client.read_handle import ReadOnlyLedgerHandle
+from bookiesim.client.wire import WireRequest, add_request, from_message
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
-if TYPE_CHECKING:
-    from bookiesim.client.bookkeeper import BookKeeper
-
-__all__ = ["AddFuture", "LedgerEntry", "LedgerHandle", "ReadOnlyLedgerHandle"]
+__all__ = ["AddFuture", "LedgerHandle"]
 
 log = logging.getLogger(__name__)
-
-_MISSING = (pb.ENOENTRY, pb.ENOLEDGER)
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One entry read back: its payload and the ledger length up to and including it."""
-
-    ledger_id: int
-    entry_id: int
-    payload: bytes
-    length: int
-
-
-def _digest_type(metadata: LedgerMetadata) -> DigestType:
-    return DigestType(int(metadata.digest_type))
-
-
-class ReadOnlyLedgerHandle:
-    """Reads a ledger: entries from any replica of their write set, digests verified.
-
-    Open ledgers can be read up to the last add confirmed that this handle knows
-    (:meth:`read_last_add_confirmed` refreshes it); closed ones up to their last entry,
-    never past it (invariants S7b).
-    """
-
-    def __init__(self, bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata, version: int):
-        self._bk = bk
-        self.ledger_id = ledger_id
-        self.metadata = metadata
-        self.version = version
-        self.digest = DigestManager(ledger_id, metadata.password, _digest_type(metadata))
-        self.dist = RoundRobinDistribution(
-            metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
-        )
-        self._lac = metadata.last_entry_id if metadata.is_closed else -1
-        self._lac_length = metadata.length if metadata.is_closed else 0
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(ledger_id={self.ledger_id}, "
-            f"state={self.metadata.state.name}, lac={self._lac})"
-        )
-
-    @property
-    def last_add_confirmed(self) -> int:
-        """The highest entry id known to be acknowledged (-1: none)."""
-        return self._lac
-
-    @property
-    def length(self) -> int:
-        """Bytes in entries 0..LAC (the metadata's length once the ledger is closed)."""
-        return self._lac_length
-
-    @property
-    def is_closed(self) -> bool:
-        return self.metadata.is_closed
-
-    # -- reads -------------------------------------------------------------------------------
-
-    async def read_entry(self, entry_id: int) -> LedgerEntry:
-        return (await self.read_entries(entry_id, entry_id))[0]
-
-    async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
-        """Entries ``first..last`` (inclusive), which must not pass the LAC (closed: the
-        last entry). Raises :class:`NoSuchEntryError` for ids outside the ledger."""
-        bound = self.metadata.last_entry_id if self.metadata.is_closed else self._lac
-        if first < 0 or last < first:
-            raise NoSuchEntryError(
-                f"bad range {first}..{last}", ledger_id=self.ledger_id, entry_id=first
-            )
-        if last > bound:
-            what = "last entry" if self.metadata.is_closed else "last add confirmed"
-            raise NoSuchEntryError(
-                f"past the {what} ({bound})", ledger_id=self.ledger_id, entry_id=last
-            )
-        return await self.read_unconfirmed_entries(first, last)
-
-    async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
-        """Entries ``first..last`` without the LAC bound (upstream's readUnconfirmedEntries):
-        whatever the bookies hold, digest-checked. Raises :class:`NoSuchEntryError` when no
-        replica has one of them."""
-        results: dict[int, LedgerEntry] = {}
-        ids = iter(range(first, last + 1))
-        window = max(1, self._bk.config.read_window)
-
-        failures: list[BKError] = []
-
-        async def worker(cancel: trio.CancelScope) -> None:
-            for entry_id in ids:
-                try:
-                    results[entry_id] = await self._read_from_replicas(entry_id)
-                except BKError as exc:
-                    # Raised here, the error would reach the caller wrapped in an exception
-                    # group; the first failure cancels the other readers instead.
-                    failures.append(exc)
-                    cancel.cancel()
-                    return
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(min(window, last - first + 1)):
-                nursery.start_soon(worker, nursery.cancel_scope)
-        if failures:
-            raise failures[0]
-        return [results[i] for i in range(first, last + 1)]
-
-    async def read_entry_unconfirmed(self, entry_id: int) -> LedgerEntry:
-        """One entry whatever the LAC says (see :meth:`read_unconfirmed_entries`)."""
-        return await self._read_from_replicas(entry_id)
-
-    async def _read_from_replicas(self, entry_id: int) -> LedgerEntry:
-        """Try each bookie of the entry's write set in turn until one returns a good body."""
-        ensemble = self.metadata.ensemble_at(entry_id)
-        errors: list[BKError] = []
-        for position in self.dist.write_set(entry_id):
-            bookie = ensemble[position]
-            try:
-                response = await self._bk.pool.call(bookie, read_request(self.ledger_id, entry_id))
-            except BookieUnavailableError as exc:
-                errors.append(exc)
-                continue
-            status = response.status
-            if status == pb.EOK and response.readResponse.HasField("body"):
-                try:
-                    v = self.digest.verify(response.readResponse.body, expected_entry_id=entry_id)
-                except DigestMismatchError as exc:
-                    exc.bookie = bookie
-                    log.warning("%s (from bookie %s); trying the next replica", exc, bookie)
-                    errors.append(exc)
-                    continue
-                return LedgerEntry(self.ledger_id, entry_id, v.payload, v.length)
-            errors.append(
-                BookieRequestError(
-                    status if status != pb.EOK else pb.ENOENTRY,
-                    ledger_id=self.ledger_id,
-                    entry_id=entry_id,
-                    bookie=bookie,
-                    operation="read",
-                )
-            )
-        raise _read_failure(self.ledger_id, entry_id, ensemble, errors)
-
-    async def read_last_add_confirmed(self) -> int:
-        """Ask the bookies of the last ensemble for their last entry (no fencing) and raise
-        the known LAC to the highest LAC found in those entries' headers.
-
-        Re-reads the metadata first: a closed ledger answers its last entry at once, and an
-        ensemble change since the handle was opened is followed.
-        """
-        try:
-            self.metadata, self.version = await self._bk.ledger_manager.read(self.ledger_id)
-        except MetaNoSuchLedgerError:
-            raise NoSuchLedgerError("no metadata", ledger_id=self.ledger_id) from None
-        if self.metadata.is_closed:
-            self._lac = self.metadata.last_entry_id
-            self._lac_length = self.metadata.length
-            return self._lac
-        lac, length = await self._read_lac_from_bookies()
-        if lac > self._lac:
-            if length is None:
-                length = (await self._read_from_replicas(lac)).length
-            self._lac = lac
-            self._lac_length = length
-        return self._lac
-
-    async def _read_lac_from_bookies(self) -> tuple[int, int | None]:
-        """Read entry -1 from every bookie of the last ensemble, until the answers cover the
-        ensemble (or all answered); returns (the highest LAC seen, in returned entries'
-        headers or as a bookie's own LAC, and the length at that entry if an answer was
-        that entry)."""
-        _, ensemble = self.metadata.last_ensemble
-        positive: set[int] = set()
-        answered = 0
-        lac = -1
-        lengths: dict[int, int] = {}
-        done = trio.Event()
-
-        def on_outcome(position: int, outcome: Outcome) -> None:
-            nonlocal answered, lac
-            answered += 1
-            if not isinstance(outcome, BKError):
-                if outcome.status == pb.EOK and outcome.readResponse.HasField("body"):
-                    try:
-                        v = self.digest.verify(outcome.readResponse.body)
-                    except DigestMismatchError as exc:
-                        log.warning("LAC read from %s: %s", ensemble[position], exc)
-                    else:
-                        positive.add(position)
-                        lac = max(lac, v.lac)
-                        lengths[v.entry_id] = v.length
-                        if outcome.readResponse.HasField("maxLAC"):
-                            # The bookie's own LAC also counts explicit LACs (WriteLac).
-                            lac = max(lac, outcome.readResponse.maxLAC)
-                elif outcome.status in _MISSING:
-                    positive.add(position)
-            if ensemble_covered(self.dist, positive) or answered == len(ensemble):
-                done.set()
-
-        for position, bookie in enumerate(ensemble):
-            self._bk.pool.submit(
-                bookie,
-                read_request(self.ledger_id, -1),
-                partial(on_outcome, position),
-            )
-        await done.wait()
-        return lac, lengths.get(lac)
-
-
-def _read_failure(
-    ledger_id: int, entry_id: int, ensemble: Sequence[str], errors: list[BKError]
-) -> BKError:
-    """The error for an entry no replica could return, most telling first: every replica
-    lacks it → no such entry; a corrupt copy → digest mismatch; else the bookie errors."""
-    missing = [e for e in errors if isinstance(e, BookieRequestError) and e.status in _MISSING]
-    if len(missing) == len(errors):
-        return NoSuchEntryError(
-            f"not on any replica ({', '.join(e.bookie or '?' for e in errors)})",
-            ledger_id=ledger_id,
-            entry_id=entry_id,
-        )
-    for e in errors:
-        if isinstance(e, DigestMismatchError):
-            return e
-    detail = "; ".join(str(e) for e in errors)
-    return BookieUnavailableError(
-        f"no replica of {list(ensemble)} returned it: {detail}",
-        ledger_id=ledger_id,
-        entry_id=entry_id,
-    )
-
-
-class AddFuture:
-    """An add in flight: :meth:`result` waits until it is acknowledged (in entry order)."""
-
-    __slots__ = (
-        "_done",
-        "_event",
-        "acked",
-        "body",
-        "entry_id",
-        "error",
-        "length",
-        "quorum",
-        "sent",
-    )
-
-    def __init__(self, entry_id: int, length: int, body: bytes) -> None:
-        self.entry_id = entry_id
-        self.length = length
-        self.body = body
-        self.acked: set[int] = set()
-        self.quorum = False
-        self.sent = False
-        self._done = False
-        self._event: trio.Event | None = None
-        self.error: BKError | None = None
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._done else ("failed" if self.error else "acked")
-        return f"AddFuture(entry_id={self.entry_id}, {state})"
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def _finish(self, error: BKError | None) -> None:
-        self._done = True
-        self.error = error
-        self.body = b""
-        if self._event is not None:
-            self._event.set()
-
-    async def result(self) -> int:
-        """The entry id once acknowledged; raises the add's error if it failed."""
-        if not self._done:
-            if self._event is None:
-                self._event = trio.Event()
-            await self._event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.entry_id
 
 
 class LedgerHandle(ReadOnlyLedgerHandle):
@@ -362,7 +85,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
 
     def __init__(
         self,
-        bk: BookKeeper,
+        ctx: ClientContext,
         ledger_id: int,
         metadata: LedgerMetadata,
         version: int,
@@ -371,7 +94,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         last_add_confirmed: int = -1,
         length: int = 0,
     ) -> None:
-        super().__init__(bk, ledger_id, metadata, version)
+        super().__init__(ctx, ledger_id, metadata, version)
         self.recovery = recovery
         self._lac = last_add_confirmed
         # The LAC a recovery's re-adds carry: the one it started from, never one its own
@@ -387,21 +110,19 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         self._ensemble: tuple[str, ...] = ensemble
         self._pending: deque[AddFuture] = deque()
         self._failed: dict[int, str] = {}
-        config = bk.config
+        config = ctx.config
         self._bad_bookies = FailedBookies(
             config.bookie_retry_backoff, config.bookie_retry_backoff_max
         )
-        self._changing = False
+        self._state = HandleState.OPEN
         self._error: BKError | None = None
-        self._closing = False
-        self._closed = False
         self._drained: trio.Event | None = None
         self._lac_sent = last_add_confirmed
         self._lac_task: trio.CancelScope | None = None
         interval = config.explicit_lac_interval
         if interval is not None and not recovery:
             self._lac_task = trio.CancelScope()
-            bk.nursery.start_soon(self._explicit_lac_loop, interval, self._lac_task)
+            ctx.nursery.start_soon(self._explicit_lac_loop, interval, self._lac_task)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -427,6 +148,22 @@ class LedgerHandle(ReadOnlyLedgerHandle):
     async def read_last_add_confirmed(self) -> int:
         """The writer knows its LAC: no need to ask the bookies."""
         return self._lac
+
+    def _check(self) -> None:
+        """Assert the handle's invariants (tests call it between steps)."""
+        state, pending = self._state, self._pending
+        assert (self._error is not None) == (state in FAILED) or state is HandleState.CLOSED
+        assert self._lac <= self._last_pushed, (self._lac, self._last_pushed)
+        if pending:
+            ids = [op.entry_id for op in pending]
+            assert ids == list(range(ids[0], self._last_pushed + 1)), ids
+            assert ids[0] == self._lac + 1 or self.recovery, (ids[0], self._lac)
+            assert not any(op.done for op in pending)
+            assert all(op.sent for op in pending) or state in CHANGING
+        if state is HandleState.CLOSED:
+            assert not pending
+        if state not in CHANGING and self._error is None:
+            assert not self._failed, self._failed
 
     # -- adds --------------------------------------------------------------------------------
 
@@ -456,7 +193,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
     def _check_writable(self) -> None:
         if self._error is not None:
             raise self._error
-        if self._closing or self._closed:
+        if self._state not in ACCEPTS_ADDS:
             raise LedgerClosedError("handle is closed", ledger_id=self.ledger_id)
 
     def _push(self, entry_id: int, payload: bytes, length: int) -> AddFuture:
@@ -466,7 +203,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         self._last_pushed = entry_id
         self._length = length
         self._pending.append(op)
-        if not self._changing:
+        if self._state not in CHANGING:
             op.sent = True
             self._send(op, self.dist.write_set(entry_id))
             self._lac_sent = self._lac
@@ -479,7 +216,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
 
     def _send(self, op: AddFuture, positions: Sequence[int]) -> None:
         request = self._add_request(op)
-        submit = self._bk.pool.submit
+        submit = self._ctx.pool.submit
         for position in positions:
             bookie = self._ensemble[position]
             submit(bookie, request, partial(self._on_add_outcome, op, position, bookie))
@@ -532,7 +269,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             )
 
     def _complete_in_order(self) -> None:
-        if self._changing:
+        if self._state in CHANGING:
             # No add completes while an ensemble change is under way (upstream's
             # blockAddCompletions): the change's new segment starts at the LAC it read, and
             # an entry acknowledged meanwhile with an ack of the bookie being replaced would
@@ -544,7 +281,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             op = pending.popleft()
             self._lac = op.entry_id
             self._lac_length = op.length
-            self._bk.stats.adds_completed += 1
+            self._ctx.stats.adds_completed += 1
             op._finish(None)
         if not pending and self._drained is not None:
             self._drained.set()
@@ -554,9 +291,10 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         if self._error is None:
             self._error = error
             log.warning("%s; failing %d pending adds", error, len(self._pending))
+        self._state = next_state(self._state, HandleEvent.FAIL)
         pending, self._pending = self._pending, deque()
         for op in pending:
-            self._bk.stats.adds_failed += 1
+            self._ctx.stats.adds_failed += 1
             op._finish(error)
         if self._drained is not None:
             self._drained.set()
@@ -566,16 +304,16 @@ class LedgerHandle(ReadOnlyLedgerHandle):
     # -- ensemble changes -----------------------------------------------------------------
 
     def _bookie_failed(self, position: int, bookie: str, error: BKError) -> None:
-        if self._error is not None or self._closed or position in self._failed:
+        if self._state not in RUNNING or position in self._failed:
             return
         log.info(
             "ledger %d: bookie %s (position %d) failed: %s", self.ledger_id, bookie, position, error
         )
         self._failed[position] = bookie
         self._bad_bookies.failed(bookie, trio.current_time())
-        if not self._changing:
-            self._changing = True
-            self._bk.nursery.start_soon(self._ensemble_change_loop)
+        if self._state not in CHANGING:
+            self._state = next_state(self._state, HandleEvent.BOOKIE_FAILED)
+            self._ctx.nursery.start_soon(self._ensemble_change_loop)
 
     async def _ensemble_change_loop(self) -> None:
         try:
@@ -592,7 +330,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         except MetadataError as exc:
             self._fail(BKError(f"ensemble change failed: {exc}", ledger_id=self.ledger_id))
         finally:
-            self._changing = False
+            self._state = next_state(self._state, HandleEvent.CHANGE_DONE)
             if self._error is None:
                 self._complete_in_order()
             if self._drained is not None:
@@ -607,7 +345,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         bad = self._bad_bookies
         needed = len(failed)
         while True:
-            live = await self._bk.live_bookies()
+            live = await self._ctx.live_bookies()
             current = set(self._ensemble)
             spare = [b for b in live if b not in current]
             candidates = sorted(b for b in spare if b not in bad)
@@ -634,9 +372,9 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                         raise self._error
                     continue  # the live bookies may have changed meanwhile
                 due_now = sorted(b for b in retry if bad.due_at(b) <= now)
-                chosen = candidates + self._bk.rng.sample(due_now, needed - len(candidates))
+                chosen = candidates + self._ctx.rng.sample(due_now, needed - len(candidates))
             else:
-                chosen = self._bk.rng.sample(candidates, needed)
+                chosen = self._ctx.rng.sample(candidates, needed)
             ensemble = list(self._ensemble)
             for position, bookie in zip(sorted(failed), chosen, strict=True):
                 ensemble[position] = bookie
@@ -646,7 +384,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         """Record the new segment: in the metadata by CAS (writer), or in memory only
         (recovery, written at close)."""
         last_first = max(self.metadata.ensembles)
-        self._bk.stats.record_proposal(self.ledger_id, first, ensemble, self.recovery)
+        self._ctx.stats.record_proposal(self.ledger_id, first, ensemble, self.recovery)
         if first < last_first:
             # Invariants S5 / upstream #2615: never propose a segment below an existing one.
             raise MetadataConflictError(
@@ -655,7 +393,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             )
         if self.recovery:
             self.metadata = self.metadata.with_ensemble(first, ensemble)
-            self._bk.stats.ensemble_changes += 1
+            self._ctx.stats.ensemble_changes += 1
             return
         expected = dict(self.metadata.ensembles)
         attempts = 0
@@ -681,14 +419,14 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             return current.with_ensemble(first, ensemble)
 
         try:
-            self.metadata, self.version = await self._bk.ledger_manager.update_with_retry(
+            self.metadata, self.version = await self._ctx.ledger_manager.update_with_retry(
                 self.ledger_id, change
             )
         except MetaNoSuchLedgerError:
             raise NoSuchLedgerError("deleted while writing", ledger_id=self.ledger_id) from None
         finally:
-            self._bk.stats.metadata_conflicts += max(0, attempts - 1)
-        self._bk.stats.ensemble_changes += 1
+            self._ctx.stats.metadata_conflicts += max(0, attempts - 1)
+        self._ctx.stats.ensemble_changes += 1
         log.info("ledger %d: ensemble from entry %d is now %s", self.ledger_id, first, ensemble)
 
     def _apply_ensemble(self, ensemble: tuple[str, ...], failed: dict[int, str]) -> None:
@@ -724,7 +462,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         """Send the LAC explicitly (WriteLac) to the current ensemble; returns how many
         bookies stored it. Readers then see it even though no later add carried it."""
         lac = self._lac
-        if self._bk.pool.v2:
+        if self._ctx.pool.v2:
             # WriteLac has no v2 form (useV2WireProtocol): readers learn the LAC from the
             # next entry instead, as with upstream's v2 client.
             log.debug("WriteLac of ledger %d not sent: v2 wire protocol", self.ledger_id)
@@ -742,7 +480,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         async def one(bookie: str) -> None:
             nonlocal ok
             try:
-                response = await self._bk.pool.call(bookie, request)
+                response = await self._ctx.pool.call(bookie, request)
             except BookieUnavailableError as exc:
                 log.info("WriteLac to %s failed: %s", bookie, exc)
                 return
@@ -757,9 +495,9 @@ class LedgerHandle(ReadOnlyLedgerHandle):
 
     async def _explicit_lac_loop(self, interval: float, scope: trio.CancelScope) -> None:
         with scope:
-            while not self._closed and self._error is None:
+            while self._state in RUNNING:
                 await trio.sleep(interval)
-                if self._lac > self._lac_sent and not self._pending and not self._closing:
+                if self._lac > self._lac_sent and not self._pending and self._state in ACCEPTS_ADDS:
                     await self.write_lac()
 
     # -- close -----------------------------------------------------------------------------
@@ -767,7 +505,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
     async def wait_for_pending(self) -> None:
         """Until every add made so far is acknowledged or failed, and no ensemble change is
         under way (so the metadata this handle holds is settled)."""
-        while self._pending or self._changing:
+        while self._pending or self._state in CHANGING:
             self._drained = trio.Event()
             await self._drained.wait()
 
@@ -779,9 +517,9 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         If another client closed or recovered the ledger meanwhile, its metadata stands and
         this handle adopts it. Raises :class:`LedgerFencedError` if a recovery is running.
         """
-        if self._closed:
+        if self._state is HandleState.CLOSED:
             return
-        self._closing = True
+        self._state = next_state(self._state, HandleEvent.CLOSE)
         if self._lac_task is not None:
             self._lac_task.cancel()
         await self.wait_for_pending()
@@ -808,14 +546,14 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             return current.closed(lac, length)
 
         try:
-            self.metadata, self.version = await self._bk.ledger_manager.update_with_retry(
+            self.metadata, self.version = await self._ctx.ledger_manager.update_with_retry(
                 self.ledger_id, close
             )
         except MetaNoSuchLedgerError:
             raise NoSuchLedgerError("deleted before close", ledger_id=self.ledger_id) from None
         finally:
-            self._bk.stats.metadata_conflicts += max(0, attempts - 1)
-        self._closed = True
+            self._ctx.stats.metadata_conflicts += max(0, attempts - 1)
+        self._state = next_state(self._state, HandleEvent.CLOSED)
         final = self.metadata
         if not closed_by_us:
             log.info(
@@ -835,4 +573,4 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             return
         if self.recovery:
             return
-        self._bk.send_write_close(self.ledger_id, final, self.digest.master_key)
+        self._ctx.send_write_close(self.ledger_id, final, self.digest.master_key)

@@ -41,11 +41,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 import trio
 
+from bookiesim.client.add_future import AddFuture
 from bookiesim.client.bookie_pool import Outcome
+from bookiesim.client.context import ClientContext
 from bookiesim.client.digest import DigestManager, DigestMismatchError, VerifiedEntry
 from bookiesim.client.distribution import FenceTracker, ReadOutcome, RecoveryReadTracker
 from bookiesim.client.errors import (
@@ -54,14 +55,12 @@ from bookiesim.client.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
-from bookiesim.client.ledger_handle import AddFuture, LedgerHandle, ReadOnlyLedgerHandle
+from bookiesim.client.ledger_handle import LedgerHandle
+from bookiesim.client.read_handle import ReadOnlyLedgerHandle
 from bookiesim.client.wire import read_request
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-
-if TYPE_CHECKING:
-    from bookiesim.client.bookkeeper import BookKeeper
 
 __all__ = ["recover_ledger"]
 
@@ -70,19 +69,19 @@ log = logging.getLogger(__name__)
 _MISSING = (pb.ENOENTRY, pb.ENOLEDGER)
 
 
-async def recover_ledger(bk: BookKeeper, ledger_id: int) -> ReadOnlyLedgerHandle:
+async def recover_ledger(ctx: ClientContext, ledger_id: int) -> ReadOnlyLedgerHandle:
     """Recover ``ledger_id`` (a no-op for a closed ledger) and return a read-only handle on
     its final metadata. Raises :class:`LedgerRecoveryError` if the end cannot be decided
     now; the ledger is then left IN_RECOVERY."""
-    metadata, version = await _mark_in_recovery(bk, ledger_id)
+    metadata, version = await _mark_in_recovery(ctx, ledger_id)
     if metadata.is_closed:
-        return ReadOnlyLedgerHandle(bk, ledger_id, metadata, version)
-    bk.stats.recoveries += 1
-    op = _Recovery(bk, ledger_id, metadata, version)
+        return ReadOnlyLedgerHandle(ctx, ledger_id, metadata, version)
+    ctx.stats.recoveries += 1
+    op = _Recovery(ctx, ledger_id, metadata, version)
     return await op.run()
 
 
-async def _mark_in_recovery(bk: BookKeeper, ledger_id: int) -> tuple[LedgerMetadata, int]:
+async def _mark_in_recovery(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMetadata, int]:
     attempts = 0
 
     def mark(current: LedgerMetadata) -> LedgerMetadata | None:
@@ -93,11 +92,11 @@ async def _mark_in_recovery(bk: BookKeeper, ledger_id: int) -> tuple[LedgerMetad
         return None  # IN_RECOVERY already (another recoverer), or CLOSED
 
     try:
-        return await bk.ledger_manager.update_with_retry(ledger_id, mark)
+        return await ctx.ledger_manager.update_with_retry(ledger_id, mark)
     except MetaNoSuchLedgerError:
         raise NoSuchLedgerError("no metadata", ledger_id=ledger_id) from None
     finally:
-        bk.stats.metadata_conflicts += max(0, attempts - 1)
+        ctx.stats.metadata_conflicts += max(0, attempts - 1)
 
 
 class _Recovery:
@@ -105,21 +104,21 @@ class _Recovery:
     metadata snapshot taken when it was marked IN_RECOVERY."""
 
     def __init__(
-        self, bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata, version: int
+        self, ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, version: int
     ) -> None:
-        self.bk = bk
+        self.ctx = ctx
         self.ledger_id = ledger_id
         self.metadata = metadata
         self.version = version
-        reader = ReadOnlyLedgerHandle(bk, ledger_id, metadata, version)
+        reader = ReadOnlyLedgerHandle(ctx, ledger_id, metadata, version)
         self.reader = reader
         self.digest: DigestManager = reader.digest
         self.dist = reader.dist
         self.first, self.ensemble = metadata.last_ensemble
-        self.fence = not bk.config.unsafe_recovery_reads_without_fence
+        self.fence = not ctx.config.unsafe_recovery_reads_without_fence
         # #2615 re-created: no floor, and entries below the last segment read from their own
         # segment (upstream's reads always followed the metadata; the floor made that moot).
-        self.unfloored = bk.config.unsafe_recovery_below_last_ensemble
+        self.unfloored = ctx.config.unsafe_recovery_below_last_ensemble
         self.recovery_lac = -1
 
     def _error(self, message: str, entry_id: int | None = None) -> LedgerRecoveryError:
@@ -138,7 +137,7 @@ class _Recovery:
             self.first,
         )
         writer = LedgerHandle(
-            self.bk,
+            self.ctx,
             self.ledger_id,
             self.metadata,
             self.version,
@@ -193,7 +192,7 @@ class _Recovery:
                 done.set()
 
         for position, bookie in enumerate(ensemble):
-            self.bk.pool.submit(
+            self.ctx.pool.submit(
                 bookie,
                 read_request(self.ledger_id, -1, fence_key=self.digest.master_key),
                 partial(on_outcome, position),
@@ -213,7 +212,7 @@ class _Recovery:
 
     async def _read_and_readd(self, writer: LedgerHandle, lac: int) -> tuple[int, int]:
         """Returns (last entry id, ledger length) once every recovered entry is re-added."""
-        max_window = max(1, self.bk.config.recovery_read_window)
+        max_window = max(1, self.ctx.config.recovery_read_window)
         outcomes: dict[int, _Decided] = {}
         progress = trio.Event()
         next_id = lac + 1
@@ -223,7 +222,7 @@ class _Recovery:
         last_length = writer.length
         key = self.digest.master_key if self.fence else None
 
-        parallel = self.bk.config.parallel_recovery_reads
+        parallel = self.ctx.config.parallel_recovery_reads
 
         def issue(entry_id: int) -> None:
             read = _EntryRead(self, entry_id, key, outcomes, wake)
@@ -267,7 +266,7 @@ class _Recovery:
         for add in adds:
             if add.error is not None:
                 raise self._error(f"re-adding entries failed: {add.error}", add.entry_id)
-        self.bk.stats.recovered_entries += len(adds)
+        self.ctx.stats.recovered_entries += len(adds)
         return end, last_length
 
     # -- step 4: close -------------------------------------------------------------------------
@@ -290,13 +289,13 @@ class _Recovery:
             return new
 
         try:
-            metadata, version = await self.bk.ledger_manager.update_with_retry(
+            metadata, version = await self.ctx.ledger_manager.update_with_retry(
                 self.ledger_id, close
             )
         except MetaNoSuchLedgerError:
             raise NoSuchLedgerError("deleted during recovery", ledger_id=self.ledger_id) from None
         finally:
-            self.bk.stats.metadata_conflicts += max(0, attempts - 1)
+            self.ctx.stats.metadata_conflicts += max(0, attempts - 1)
         if (metadata.last_entry_id, metadata.length) != (last, length):
             log.info(
                 "ledger %d: another client closed it at %d first (we found %d)",
@@ -309,8 +308,8 @@ class _Recovery:
         if writer.last_add_pushed > self.recovery_lac:
             # The fencing reads rotated the ledger's logs, but the re-adds opened new ones
             # on the bookies they went to; like a writer's close, tell them we are done.
-            self.bk.send_write_close(self.ledger_id, writer.metadata, self.digest.master_key)
-        return ReadOnlyLedgerHandle(self.bk, self.ledger_id, metadata, version)
+            self.ctx.send_write_close(self.ledger_id, writer.metadata, self.digest.master_key)
+        return ReadOnlyLedgerHandle(self.ctx, self.ledger_id, metadata, version)
 
 
 _Decided = tuple[ReadOutcome, VerifiedEntry | None, str]
@@ -372,7 +371,7 @@ class _EntryRead:
         if recovery.unfloored and self.entry_id < recovery.first:
             ensemble = recovery.metadata.ensemble_at(self.entry_id)
         bookie = ensemble[self.positions[i]]
-        self.recovery.bk.pool.submit(bookie, self.request, partial(self.on_outcome, i, bookie))
+        self.recovery.ctx.pool.submit(bookie, self.request, partial(self.on_outcome, i, bookie))
 
     def on_outcome(self, i: int, bookie: str, outcome: Outcome) -> None:
         if self.decided:

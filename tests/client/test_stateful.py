@@ -40,7 +40,7 @@ from bookiesim.client import (
     MetadataConflictError,
     NotEnoughBookiesError,
 )
-from bookiesim.client.testing import LocalCluster, TrioThread, running_cluster
+from bookiesim.cluster.in_process import LocalCluster, TrioThread, running_cluster
 from bookiesim.metadata.ledgers import LedgerMetadata
 from tests.client.helpers import holders, payload
 
@@ -248,6 +248,14 @@ class ClusterMachine(RuleBasedStateMachine):
     def no_invalid_ensemble_proposed(self) -> None:  # S5
         for model in self.ledgers:
             assert not any(isinstance(e, MetadataConflictError) for e in model.errors), model
+
+    @invariant()
+    def handles_keep_their_invariants(self) -> None:  # handle_state's table and _check()
+        async def check() -> None:  # in the trio thread, so no task runs meanwhile
+            for model in self.ledgers:
+                model.handle._check()
+
+        self.driver.run(check)
 
     # -- the end ---------------------------------------------------------------------------
 

@@ -1,0 +1,266 @@
+"""Reading a ledger: :class:`ReadOnlyLedgerHandle`, and the :class:`LedgerEntry` it returns.
+
+A reader asks each bookie of an entry's write set in turn until one returns a body whose
+digest checks (a corrupt copy is logged and the next replica tried), and bounds its reads by
+the last add confirmed it knows: the metadata's last entry for a closed ledger, else what
+the bookies' entries report (:meth:`ReadOnlyLedgerHandle.read_last_add_confirmed`). The
+writer (:mod:`.ledger_handle`) is a reader too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from bookiesim.client.bookie_pool import Outcome
+from bookiesim.client.context import ClientContext
+from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
+from bookiesim.client.distribution import RoundRobinDistribution, ensemble_covered
+from bookiesim.client.errors import (
+    BKError,
+    BookieRequestError,
+    BookieUnavailableError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from bookiesim.client.wire import read_request
+from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
+from bookiesim.metadata.ledgers import LedgerMetadata
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+__all__ = ["LedgerEntry", "ReadOnlyLedgerHandle"]
+
+log = logging.getLogger(__name__)
+
+_MISSING = (pb.ENOENTRY, pb.ENOLEDGER)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One entry read back: its payload and the ledger length up to and including it."""
+
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+    length: int
+
+
+def _digest_type(metadata: LedgerMetadata) -> DigestType:
+    return DigestType(int(metadata.digest_type))
+
+
+class ReadOnlyLedgerHandle:
+    """Reads a ledger: entries from any replica of their write set, digests verified.
+
+    Open ledgers can be read up to the last add confirmed that this handle knows
+    (:meth:`read_last_add_confirmed` refreshes it); closed ones up to their last entry,
+    never past it (invariants S7b).
+    """
+
+    def __init__(self, ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, version: int):
+        self._ctx = ctx
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self.digest = DigestManager(ledger_id, metadata.password, _digest_type(metadata))
+        self.dist = RoundRobinDistribution(
+            metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
+        )
+        self._lac = metadata.last_entry_id if metadata.is_closed else -1
+        self._lac_length = metadata.length if metadata.is_closed else 0
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(ledger_id={self.ledger_id}, "
+            f"state={self.metadata.state.name}, lac={self._lac})"
+        )
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id known to be acknowledged (-1: none)."""
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        """Bytes in entries 0..LAC (the metadata's length once the ledger is closed)."""
+        return self._lac_length
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.is_closed
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        return (await self.read_entries(entry_id, entry_id))[0]
+
+    async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` (inclusive), which must not pass the LAC (closed: the
+        last entry). Raises :class:`NoSuchEntryError` for ids outside the ledger."""
+        bound = self.metadata.last_entry_id if self.metadata.is_closed else self._lac
+        if first < 0 or last < first:
+            raise NoSuchEntryError(
+                f"bad range {first}..{last}", ledger_id=self.ledger_id, entry_id=first
+            )
+        if last > bound:
+            what = "last entry" if self.metadata.is_closed else "last add confirmed"
+            raise NoSuchEntryError(
+                f"past the {what} ({bound})", ledger_id=self.ledger_id, entry_id=last
+            )
+        return await self.read_unconfirmed_entries(first, last)
+
+    async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` without the LAC bound (upstream's readUnconfirmedEntries):
+        whatever the bookies hold, digest-checked. Raises :class:`NoSuchEntryError` when no
+        replica has one of them."""
+        results: dict[int, LedgerEntry] = {}
+        ids = iter(range(first, last + 1))
+        window = max(1, self._ctx.config.read_window)
+
+        failures: list[BKError] = []
+
+        async def worker(cancel: trio.CancelScope) -> None:
+            for entry_id in ids:
+                try:
+                    results[entry_id] = await self._read_from_replicas(entry_id)
+                except BKError as exc:
+                    # Raised here, the error would reach the caller wrapped in an exception
+                    # group; the first failure cancels the other readers instead.
+                    failures.append(exc)
+                    cancel.cancel()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(window, last - first + 1)):
+                nursery.start_soon(worker, nursery.cancel_scope)
+        if failures:
+            raise failures[0]
+        return [results[i] for i in range(first, last + 1)]
+
+    async def read_entry_unconfirmed(self, entry_id: int) -> LedgerEntry:
+        """One entry whatever the LAC says (see :meth:`read_unconfirmed_entries`)."""
+        return await self._read_from_replicas(entry_id)
+
+    async def _read_from_replicas(self, entry_id: int) -> LedgerEntry:
+        """Try each bookie of the entry's write set in turn until one returns a good body."""
+        ensemble = self.metadata.ensemble_at(entry_id)
+        errors: list[BKError] = []
+        for position in self.dist.write_set(entry_id):
+            bookie = ensemble[position]
+            try:
+                response = await self._ctx.pool.call(bookie, read_request(self.ledger_id, entry_id))
+            except BookieUnavailableError as exc:
+                errors.append(exc)
+                continue
+            status = response.status
+            if status == pb.EOK and response.readResponse.HasField("body"):
+                try:
+                    v = self.digest.verify(response.readResponse.body, expected_entry_id=entry_id)
+                except DigestMismatchError as exc:
+                    exc.bookie = bookie
+                    log.warning("%s (from bookie %s); trying the next replica", exc, bookie)
+                    errors.append(exc)
+                    continue
+                return LedgerEntry(self.ledger_id, entry_id, v.payload, v.length)
+            errors.append(
+                BookieRequestError(
+                    status if status != pb.EOK else pb.ENOENTRY,
+                    ledger_id=self.ledger_id,
+                    entry_id=entry_id,
+                    bookie=bookie,
+                    operation="read",
+                )
+            )
+        raise _read_failure(self.ledger_id, entry_id, ensemble, errors)
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the bookies of the last ensemble for their last entry (no fencing) and raise
+        the known LAC to the highest LAC found in those entries' headers.
+
+        Re-reads the metadata first: a closed ledger answers its last entry at once, and an
+        ensemble change since the handle was opened is followed.
+        """
+        try:
+            self.metadata, self.version = await self._ctx.ledger_manager.read(self.ledger_id)
+        except MetaNoSuchLedgerError:
+            raise NoSuchLedgerError("no metadata", ledger_id=self.ledger_id) from None
+        if self.metadata.is_closed:
+            self._lac = self.metadata.last_entry_id
+            self._lac_length = self.metadata.length
+            return self._lac
+        lac, length = await self._read_lac_from_bookies()
+        if lac > self._lac:
+            if length is None:
+                length = (await self._read_from_replicas(lac)).length
+            self._lac = lac
+            self._lac_length = length
+        return self._lac
+
+    async def _read_lac_from_bookies(self) -> tuple[int, int | None]:
+        """Read entry -1 from every bookie of the last ensemble, until the answers cover the
+        ensemble (or all answered); returns (the highest LAC seen, in returned entries'
+        headers or as a bookie's own LAC, and the length at that entry if an answer was
+        that entry)."""
+        _, ensemble = self.metadata.last_ensemble
+        positive: set[int] = set()
+        answered = 0
+        lac = -1
+        lengths: dict[int, int] = {}
+        done = trio.Event()
+
+        def on_outcome(position: int, outcome: Outcome) -> None:
+            nonlocal answered, lac
+            answered += 1
+            if not isinstance(outcome, BKError):
+                if outcome.status == pb.EOK and outcome.readResponse.HasField("body"):
+                    try:
+                        v = self.digest.verify(outcome.readResponse.body)
+                    except DigestMismatchError as exc:
+                        log.warning("LAC read from %s: %s", ensemble[position], exc)
+                    else:
+                        positive.add(position)
+                        lac = max(lac, v.lac)
+                        lengths[v.entry_id] = v.length
+                        if outcome.readResponse.HasField("maxLAC"):
+                            # The bookie's own LAC also counts explicit LACs (WriteLac).
+                            lac = max(lac, outcome.readResponse.maxLAC)
+                elif outcome.status in _MISSING:
+                    positive.add(position)
+            if ensemble_covered(self.dist, positive) or answered == len(ensemble):
+                done.set()
+
+        for position, bookie in enumerate(ensemble):
+            self._ctx.pool.submit(
+                bookie,
+                read_request(self.ledger_id, -1),
+                partial(on_outcome, position),
+            )
+        await done.wait()
+        return lac, lengths.get(lac)
+
+
+def _read_failure(
+    ledger_id: int, entry_id: int, ensemble: Sequence[str], errors: list[BKError]
+) -> BKError:
+    """The error for an entry no replica could return, most telling first: every replica
+    lacks it → no such entry; a corrupt copy → digest mismatch; else the bookie errors."""
+    missing = [e for e in errors if isinstance(e, BookieRequestError) and e.status in _MISSING]
+    if len(missing) == len(errors):
+        return NoSuchEntryError(
+            f"not on any replica ({', '.join(e.bookie or '?' for e in errors)})",
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+        )
+    for e in errors:
+        if isinstance(e, DigestMismatchError):
+            return e
+    detail = "; ".join(str(e) for e in errors)
+    return BookieUnavailableError(
+        f"no replica of {list(ensemble)} returned it: {detail}",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+    )
