@@ -22,18 +22,15 @@ cursor ledger is read from that ledger's last entry (a ``PositionInfo``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedSet
 
 from bookiesim.metadata.errors import BadVersionError
 from bookiesim.mledger.errors import ManagedLedgerFencedError
+from bookiesim.mledger.interfaces import CursorLedger
 from bookiesim.mledger.position import LedgerList, Position
 from bookiesim.mledger.seek import SeekOutcome, SeekStrategy
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
-
-if TYPE_CHECKING:
-    from bookiesim.mledger.managed_ledger import ManagedLedger
 
 __all__ = ["ManagedCursor", "acked_ranges"]
 
@@ -64,9 +61,10 @@ def _previous(ledgers: LedgerList, position: Position) -> Position:
 
 
 class ManagedCursor:
-    """Get one with :meth:`ManagedLedger.open_cursor`."""
+    """Get one with :meth:`~bookiesim.mledger.managed_ledger.ManagedLedger.open_cursor`; it
+    sees its managed ledger through the narrow :class:`~.interfaces.CursorLedger`."""
 
-    def __init__(self, ml: ManagedLedger, name: str, mark_delete: Position) -> None:
+    def __init__(self, ml: CursorLedger, name: str, mark_delete: Position) -> None:
         self.ml = ml
         self.name = name
         self.mark_delete_position = mark_delete
@@ -85,7 +83,7 @@ class ManagedCursor:
     # -- creating and loading --------------------------------------------------------------
 
     @classmethod
-    async def create(cls, ml: ManagedLedger, name: str, *, earliest: bool) -> ManagedCursor:
+    async def create(cls, ml: CursorLedger, name: str, *, earliest: bool) -> ManagedCursor:
         ledgers = ml.ledger_list()
         if earliest:
             first = ledgers.first_position()
@@ -98,7 +96,7 @@ class ManagedCursor:
         return cursor
 
     @classmethod
-    async def load(cls, ml: ManagedLedger, name: str) -> ManagedCursor:
+    async def load(cls, ml: CursorLedger, name: str) -> ManagedCursor:
         found = await ml.meta.get_cursor_info(ml.name, name)
         if found is None:
             raise KeyError(name)
@@ -122,7 +120,7 @@ class ManagedCursor:
 
     @staticmethod
     async def _position_from_ledger(
-        ml: ManagedLedger, ledger_id: int
+        ml: CursorLedger, ledger_id: int
     ) -> ml_pb.ManagedCursorInfo | None:
         """Upstream's cursor ledger: its last entry is a PositionInfo."""
         handle = await ml.bk.open_ledger(ledger_id, recovery=True)

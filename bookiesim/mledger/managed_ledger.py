@@ -37,11 +37,8 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -50,12 +47,11 @@ from bookiesim.client import (
     BookKeeper,
     LedgerFencedError,
     LedgerHandle,
-    NoSuchLedgerError,
     ReadOnlyLedgerHandle,
 )
 from bookiesim.metadata.errors import BadVersionError, MetadataError
 from bookiesim.mledger.config import ManagedLedgerConfig
-from bookiesim.mledger.entry_format import encode_pulsar_entry
+from bookiesim.mledger.cursor import ManagedCursor
 from bookiesim.mledger.errors import (
     LedgerNotFoundError,
     ManagedLedgerClosedError,
@@ -65,52 +61,35 @@ from bookiesim.mledger.errors import (
 from bookiesim.mledger.finder import Predicate, find_newest_matching
 from bookiesim.mledger.ledger_properties import (
     get_property,
-    properties_of,
     remove_property,
     set_properties,
 )
 from bookiesim.mledger.meta_store import MetaStore
-from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
+from bookiesim.mledger.position import LedgerList, Position
+from bookiesim.mledger.publishing import Message, encode_messages, wall_clock_ms
+from bookiesim.mledger.reading import ReadHandles, read_across, read_one, scan_bounds
+from bookiesim.mledger.record import (
+    INDEX_PROPERTY,
+    LedgerInfo,
+    build_record,
+    ledger_infos_of,
+    ledger_list_of,
+    max_end_index,
+)
+from bookiesim.mledger.rollover import LedgerFill
 from bookiesim.mledger.seek import (
-    END_INDEX,
-    EntryBounds,
     SeekOutcome,
     SeekStrategy,
-    bounds_properties,
-    entry_index,
     seek_by_index,
     seek_by_timestamp,
 )
+from bookiesim.mledger.state import ManagedLedgerLifecycle, MLEvent
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
 
-if TYPE_CHECKING:
-    from bookiesim.mledger.cursor import ManagedCursor
-
-__all__ = ["ManagedLedger", "Message", "open_managed_ledger", "wall_clock_ms"]
+__all__ = ["ManagedLedger", "Message", "open_managed_ledger"]
+# ``Message`` lives in :mod:`.publishing`; named here too for the ``topic`` command.
 
 log = logging.getLogger(__name__)
-
-LedgerInfo = ml_pb.ManagedLedgerInfo.LedgerInfo
-INDEX_PROPERTY: Final = "index"
-"""ML property holding the last assigned index, as upstream's index interceptor stores it."""
-ROLLOVER_JITTER: Final = 0.05
-"""Upstream spreads the max-rollover timer by up to 5% so ledgers do not roll together."""
-READ_BATCH: Final = 1000
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class Message:
-    """What a producer hands the broker: a payload and its MessageMetadata fields."""
-
-    payload: bytes
-    publish_time: int | None = None
-    """Client clock ms; None: the managed ledger's clock at publish."""
-    num_messages: int = 1
-    producer_name: str = "bookiesim"
 
 
 class ManagedLedger:
@@ -140,16 +119,11 @@ class ManagedLedger:
         self._terminated: ml_pb.NestedPositionInfo | None = None
         self._version = -1
         self._current: LedgerHandle | None = None
-        self._current_entries = 0
-        self._current_size = 0
-        self._bounds = EntryBounds()
-        self._created_ms = 0
-        self._last_add_ms = 0
-        self._rollover_after_ms = 0.0
-        self._readers: dict[int, ReadOnlyLedgerHandle] = {}
+        self._fill = LedgerFill()
+        """How full ``_current`` is, for the rollover rules."""
+        self._readers = ReadHandles(bk, name, self.config.password)
         self._index = -1
-        self._fenced = False
-        self._closed = False
+        self._life = ManagedLedgerLifecycle()
         self._to_delete: list[int] = []
         self._metadata_lock = trio.Lock()
         self._add_lock = trio.Lock()
@@ -188,12 +162,7 @@ class ManagedLedger:
             raise ManagedLedgerError(f"managed ledger {self.name!r} does not exist")
         info, self._version = found
         now = self.clock()
-        for li in sorted(info.ledgerInfo, key=lambda li: li.ledgerId):
-            copy = LedgerInfo()
-            copy.CopyFrom(li)
-            if not copy.timestamp:  # upstream patches missing and 0 close times to now
-                copy.timestamp = now
-            self._infos[copy.ledgerId] = copy
+        self._infos = ledger_infos_of(info, now)
         self._properties = {kv.key: kv.value for kv in info.properties}
         if info.HasField("terminatedPosition"):
             self._terminated = info.terminatedPosition
@@ -204,17 +173,12 @@ class ManagedLedger:
             if li.HasField("entries") and li.entries == 0:
                 del self._infos[ledger_id]
                 self._to_delete.append(ledger_id)
-        for li in self._infos.values():
-            end_index = properties_of(li).get(END_INDEX)
-            if end_index is not None and end_index.lstrip("-").isdigit():
-                self._index = max(self._index, int(end_index))
+        self._index = max(self._index, max_end_index(self._infos.values()))
         if self._terminated is None:
             await self._create_ledger()  # also "saves it back"
         else:
             async with self._metadata_lock:
                 await self._write_info()
-        from bookiesim.mledger.cursor import ManagedCursor
-
         for cursor_name in await self.meta.cursors(self.name):
             self.cursors[cursor_name] = await ManagedCursor.load(self, cursor_name)
 
@@ -223,7 +187,7 @@ class ManagedLedger:
         li = self._infos[last_id]
         # Recovery fences the previous owner's handle, so it can add no more entries.
         handle = await self.bk.open_ledger(last_id, recovery=True, password=self.config.password)
-        self._readers[last_id] = handle
+        self._readers.keep(last_id, handle)
         entries = handle.last_add_confirmed + 1
         if li.HasField("entries") and li.entries == entries:
             return  # closed in the record already (a clean close wrote it)
@@ -231,43 +195,28 @@ class ManagedLedger:
         # rebuilt this LedgerInfo from scratch here and so lost the last ledger's properties.
         li.entries, li.size, li.timestamp = entries, handle.length, now
         if entries > 0:
-            bounds = EntryBounds()
-            for first in range(0, entries, READ_BATCH):
-                last = min(entries, first + READ_BATCH) - 1
-                for entry in await handle.read_entries(first, last):
-                    bounds.observe(entry.payload)
+            bounds, last_index = await scan_bounds(handle, entries)
             set_properties(li, bounds.properties())
-            last_index = entry_index((await handle.read_entry(entries - 1)).payload)
             if last_index is not None:
                 self._index = max(self._index, last_index)
 
     # -- the record ---------------------------------------------------------------------------
 
     def _record(self, extra: LedgerInfo | None = None) -> ml_pb.ManagedLedgerInfo:
-        info = ml_pb.ManagedLedgerInfo()
-        for li in self._infos.values():
-            info.ledgerInfo.add().CopyFrom(li)
-        if extra is not None:
-            info.ledgerInfo.add().CopyFrom(extra)
-        props = dict(self._properties)
-        if self._index >= 0:
-            props[INDEX_PROPERTY] = str(self._index)
-        for key, value in props.items():
-            info.properties.add(key=key, value=value)
-        if self._terminated is not None:
-            info.terminatedPosition.CopyFrom(self._terminated)
-        return info
+        return build_record(
+            self._infos.values(), self._properties, self._index, self._terminated, extra
+        )
 
     async def _write_info(self, record: ml_pb.ManagedLedgerInfo | None = None) -> None:
         """Compare-and-set the whole record (the caller holds the metadata lock)."""
-        if self._fenced:
+        if self._life.fenced:
             raise ManagedLedgerFencedError(f"managed ledger {self.name!r} is fenced")
         try:
             self._version = await self.meta.put_ledger_info(
                 self.name, record or self._record(), self._version
             )
         except BadVersionError as exc:
-            self._fenced = True
+            self._life.fire(MLEvent.FENCE)
             raise ManagedLedgerFencedError(
                 f"managed ledger {self.name!r}: its metadata was changed by another owner "
                 f"({exc}); fenced"
@@ -277,11 +226,8 @@ class ManagedLedger:
     async def _delete_dropped_ledgers(self) -> None:
         while self._to_delete:
             ledger_id = self._to_delete.pop()
-            self._readers.pop(ledger_id, None)
-            try:
-                await self.bk.delete_ledger(ledger_id)
-            except (BKError, MetadataError) as exc:  # the data is unreachable already
-                log.info("%s: could not delete empty ledger %d: %s", self.name, ledger_id, exc)
+            self._readers.forget(ledger_id)
+            await self._delete_quietly(ledger_id)  # on failure the data is unreachable already
 
     # -- ledgers ------------------------------------------------------------------------------
 
@@ -299,11 +245,7 @@ class ManagedLedger:
             raise
         self._infos[handle.ledger_id] = info
         self._current = handle
-        self._current_entries = self._current_size = 0
-        self._bounds = EntryBounds()
-        self._created_ms = self._last_add_ms = self.clock()
-        jitter = 1 + self._rng.uniform(0, ROLLOVER_JITTER)
-        self._rollover_after_ms = config.maximum_rollover_time_ms * jitter
+        self._fill = LedgerFill.new(config, self.clock(), self._rng)
         log.info("%s: ledger %d opened", self.name, handle.ledger_id)
 
     async def _delete_quietly(self, ledger_id: int) -> None:
@@ -323,20 +265,8 @@ class ManagedLedger:
             return
         li = self._infos[ledger_id]
         li.entries, li.size, li.timestamp = entries, handle.length, self.clock()
-        set_properties(li, self._bounds.properties())
-        self._readers[ledger_id] = handle
-
-    def _is_full(self, now: int) -> bool:
-        """Upstream's ``currentLedgerIsFull`` (reference §5.2)."""
-        config = self.config
-        space = (
-            self._current_entries >= config.max_entries_per_ledger
-            or self._current_size >= config.max_size_per_ledger_bytes
-        )
-        age = now - self._created_ms
-        if not (space or age >= self._rollover_after_ms):
-            return False
-        return config.minimum_rollover_time_ms <= 0 or age > config.minimum_rollover_time_ms
+        set_properties(li, self._fill.bounds.properties())
+        self._readers.keep(ledger_id, handle)
 
     async def _rollover(self) -> None:
         handle, self._current = self._current, None
@@ -345,7 +275,7 @@ class ManagedLedger:
         try:
             await handle.close()
         except LedgerFencedError as exc:
-            self._fenced = True
+            self._life.fire(MLEvent.FENCE)
             raise ManagedLedgerFencedError(
                 f"managed ledger {self.name!r}: ledger {handle.ledger_id} was fenced by "
                 "another owner"
@@ -357,21 +287,19 @@ class ManagedLedger:
         """Apply the time-based rules now (the timer calls this): roll over a ledger that
         has entries and is full by age, or idle for ``inactive_ledger_rollover_time_ms``."""
         async with self._add_lock:
-            if self._closed or self._fenced or self._current is None:
+            if self._life.closed or self._life.fenced or self._current is None:
                 return False
-            if self._current_entries == 0:
+            if self._fill.entries == 0:
                 return False
             now = self.clock()
-            inactive = self.config.inactive_ledger_rollover_time_ms
-            idle = inactive > 0 and now - self._last_add_ms >= inactive
-            if not (idle or self._is_full(now)):
+            if not (self._fill.is_idle(self.config, now) or self._fill.is_full(self.config, now)):
                 return False
             await self._rollover()
             return True
 
     async def _rollover_timer(self, interval: float, scope: trio.CancelScope) -> None:
         with scope:
-            while not self._closed and not self._fenced:
+            while not self._life.closed and not self._life.fenced:
                 await trio.sleep(interval)
                 try:
                     await self.check_rollover()
@@ -381,9 +309,9 @@ class ManagedLedger:
     # -- adding ---------------------------------------------------------------------------------
 
     def _check_writable(self) -> None:
-        if self._closed:
+        if self._life.closed:
             raise ManagedLedgerClosedError(f"managed ledger {self.name!r} is closed")
-        if self._fenced:
+        if self._life.fenced:
             raise ManagedLedgerFencedError(f"managed ledger {self.name!r} is fenced")
         if self._terminated is not None:
             raise ManagedLedgerClosedError(f"managed ledger {self.name!r} is terminated")
@@ -393,7 +321,7 @@ class ManagedLedger:
         handle = self._current
         if handle is not None and handle.error is not None:
             if isinstance(handle.error, LedgerFencedError):
-                self._fenced = True  # someone recovered our ledger: a new owner
+                self._life.fire(MLEvent.FENCE)  # someone recovered our ledger: a new owner
                 raise ManagedLedgerFencedError(
                     f"managed ledger {self.name!r}: ledger {handle.ledger_id} fenced"
                 ) from handle.error
@@ -405,50 +333,29 @@ class ManagedLedger:
         assert handle is not None
         return handle
 
-    def _fits(self, payloads: Sequence[bytes]) -> int:
-        """How many of ``payloads`` go into the current ledger: up to and including the add
-        that makes it full (1 at least)."""
-        config = self.config
-        now = self.clock()
-        if config.minimum_rollover_time_ms > 0 and now - self._created_ms <= (
-            config.minimum_rollover_time_ms
-        ):
-            return len(payloads)  # cannot roll yet: writes continue past the maximum
-        if now - self._created_ms >= self._rollover_after_ms:
-            return 1
-        entries, size = self._current_entries, self._current_size
-        for n, payload in enumerate(payloads, start=1):
-            entries += 1
-            size += len(payload)
-            if entries >= config.max_entries_per_ledger or size >= config.max_size_per_ledger_bytes:
-                return n
-        return len(payloads)
-
     async def _add_locked(self, payloads: Sequence[bytes]) -> list[Position]:
         positions: list[Position] = []
         while len(positions) < len(payloads):
             handle = await self._writable_ledger()
             batch = payloads[len(positions) :]
-            batch = batch[: self._fits(batch)]
+            batch = batch[: self._fill.fits(self.config, self.clock(), batch)]
             futures = [handle.append_async(payload) for payload in batch]
             for future, payload in zip(futures, batch, strict=True):
                 try:
                     entry_id = await future.result()
                 except LedgerFencedError as exc:
                     # Only a recovery fences a ledger: another owner opened the topic.
-                    self._fenced = True
+                    self._life.fire(MLEvent.FENCE)
                     raise ManagedLedgerFencedError(
                         f"managed ledger {self.name!r}: ledger {handle.ledger_id} was fenced "
                         "by another owner"
                     ) from exc
                 positions.append(Position(handle.ledger_id, entry_id))
-                self._current_entries += 1
-                self._current_size += len(payload)
-                self._bounds.observe(payload)
-                if self._bounds.max_index is not None:
-                    self._index = max(self._index, self._bounds.max_index)
-            self._last_add_ms = self.clock()
-            if self._is_full(self._last_add_ms):
+                self._fill.add(payload)
+                if self._fill.bounds.max_index is not None:
+                    self._index = max(self._index, self._fill.bounds.max_index)
+            self._fill.last_add_ms = self.clock()
+            if self._fill.is_full(self.config, self._fill.last_add_ms):
                 await self._rollover()
         return positions
 
@@ -465,42 +372,20 @@ class ManagedLedger:
         checksum and, if configured, broker entry metadata (broker timestamp and the index
         of the entry's last message, counting from 0 across the topic)."""
         async with self._add_lock:
-            index = self._index
-            payloads = []
-            for message in messages:
-                now = self.clock()
-                broker_timestamp = entry_idx = None
-                if self.config.broker_entry_metadata:
-                    index += message.num_messages
-                    broker_timestamp, entry_idx = now, index
-                payloads.append(
-                    encode_pulsar_entry(
-                        message.payload,
-                        publish_time=now if message.publish_time is None else message.publish_time,
-                        producer_name=message.producer_name,
-                        num_messages=message.num_messages,
-                        broker_timestamp=broker_timestamp,
-                        index=entry_idx,
-                    )
-                )
+            payloads = encode_messages(
+                messages,
+                self.clock,
+                last_index=self._index,
+                broker_entry_metadata=self.config.broker_entry_metadata,
+            )
             return await self._add_locked(payloads)
 
     # -- reading ----------------------------------------------------------------------------------
 
     def ledger_list(self) -> LedgerList:
         """The ledgers as searches see them; the open ledger with what it holds so far."""
-        summaries = []
         current = self._current.ledger_id if self._current is not None else None
-        for ledger_id, li in self._infos.items():
-            props = properties_of(li)
-            if ledger_id == current:
-                props.update(self._bounds.properties())
-                summaries.append(LedgerSummary(ledger_id, self._current_entries, 0, props))
-            else:
-                timestamp = li.timestamp if li.HasField("timestamp") else None
-                entries = li.entries if li.HasField("entries") else 0
-                summaries.append(LedgerSummary(ledger_id, entries, timestamp, props))
-        return LedgerList(summaries)
+        return ledger_list_of(self._infos, current, self._fill)
 
     @property
     def last_confirmed_position(self) -> Position | None:
@@ -512,42 +397,25 @@ class ManagedLedger:
         return self._index
 
     @property
+    def is_closed(self) -> bool:
+        return self._life.closed
+
+    @property
     def is_fenced(self) -> bool:
-        return self._fenced
+        return self._life.fenced
 
     async def _reader(self, ledger_id: int) -> ReadOnlyLedgerHandle:
         if self._current is not None and ledger_id == self._current.ledger_id:
             return self._current
-        handle = self._readers.get(ledger_id)
-        if handle is None:
-            if ledger_id not in self._infos:
-                raise LedgerNotFoundError(f"{self.name}: ledger {ledger_id} not found")
-            handle = await self.bk.open_ledger(ledger_id, password=self.config.password)
-            self._readers[ledger_id] = handle
-        return handle
+        return await self._readers.get(ledger_id, known=ledger_id in self._infos)
 
     async def read_entry(self, position: Position) -> bytes:
         """One entry's payload (an :class:`~bookiesim.mledger.finder.EntrySource`)."""
-        handle = await self._reader(position.ledger_id)
-        try:
-            return (await handle.read_entries(position.entry_id, position.entry_id))[0].payload
-        except NoSuchLedgerError as exc:
-            raise LedgerNotFoundError(f"{self.name}: ledger {position.ledger_id} is gone") from exc
+        return await read_one(self.name, self._reader, position)
 
     async def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` entries from ``start`` on (across ledgers)."""
-        ledgers = self.ledger_list()
-        offset = ledgers.clamp_offset(start, after=True)
-        out: list[tuple[Position, bytes]] = []
-        while len(out) < max_entries and offset < ledgers.total_entries:
-            first = ledgers.position_at(offset)
-            info = ledgers.ledgers[ledgers.index_of(first.ledger_id)]
-            last_id = min(info.entries - 1, first.entry_id + max_entries - len(out) - 1)
-            handle = await self._reader(first.ledger_id)
-            for entry in await handle.read_entries(first.entry_id, last_id):
-                out.append((Position(first.ledger_id, entry.entry_id), entry.payload))
-            offset += last_id - first.entry_id + 1
-        return out
+        return await read_across(self.ledger_list(), self._reader, start, max_entries)
 
     # -- finding ----------------------------------------------------------------------------------
 
@@ -589,7 +457,7 @@ class ManagedLedger:
     async def _change_ledger_properties(
         self, ledger_id: int, change: Callable[[LedgerInfo], None]
     ) -> None:
-        if self._fenced:
+        if self._life.fenced:
             raise ManagedLedgerFencedError(f"managed ledger {self.name!r} is fenced")
         self._known_ledger(ledger_id)
         async with self._metadata_lock:
@@ -616,7 +484,7 @@ class ManagedLedger:
         li = self._known_ledger(ledger_id)
         if self._current is not None and ledger_id == self._current.ledger_id:
             value = get_property(li, key)
-            return value if value is not None else self._bounds.properties().get(key)
+            return value if value is not None else self._fill.bounds.properties().get(key)
         return get_property(li, key)
 
     def ledger_info(self, ledger_id: int) -> LedgerInfo:
@@ -630,8 +498,6 @@ class ManagedLedger:
     async def open_cursor(self, name: str, *, earliest: bool = False) -> ManagedCursor:
         """The cursor ``name``, created at the end (or at the first entry, ``earliest``)
         if it does not exist."""
-        from bookiesim.mledger.cursor import ManagedCursor
-
         cursor = self.cursors.get(name)
         if cursor is None:
             cursor = await ManagedCursor.create(self, name, earliest=earliest)
@@ -642,19 +508,19 @@ class ManagedLedger:
 
     def stats(self) -> dict[str, object]:
         """What ``bookiesim topic stats`` prints (upstream's internal stats, in short)."""
-        ledgers = []
         current = self._current.ledger_id if self._current is not None else None
-        for summary in self.ledger_list().ledgers:
-            size = self._current_size if summary.ledger_id == current else None
-            ledgers.append(
-                {
-                    "ledgerId": summary.ledger_id,
-                    "entries": summary.entries,
-                    "size": self._infos[summary.ledger_id].size if size is None else size,
-                    "timestamp": summary.close_timestamp,
-                    "properties": dict(summary.properties),
-                }
-            )
+        ledgers = [
+            {
+                "ledgerId": summary.ledger_id,
+                "entries": summary.entries,
+                "size": self._fill.size
+                if summary.ledger_id == current
+                else self._infos[summary.ledger_id].size,
+                "timestamp": summary.close_timestamp,
+                "properties": dict(summary.properties),
+            }
+            for summary in self.ledger_list().ledgers
+        ]
         last = self.last_confirmed_position
         return {
             "name": self.name,
@@ -664,21 +530,36 @@ class ManagedLedger:
             "lastIndex": self._index,
             "properties": dict(self._properties),
             "version": self._version,
-            "state": "fenced" if self._fenced else ("closed" if self._closed else "open"),
+            "state": "fenced" if self._life.fenced else ("closed" if self._life.closed else "open"),
             "cursors": sorted(self.cursors),
         }
+
+    def _check(self) -> None:
+        """Assert the invariants between operations (tests call it); O(ledgers)."""
+        self._life._check()
+        assert list(self._infos) == sorted(self._infos), "ledgers are kept in id order"
+        assert min(self._index + 1, self._fill.entries, self._fill.size) >= 0
+        if self._life.closed or self._terminated is not None:
+            assert self._current is None, "a closed or terminated ML has no open ledger"
+        if self._current is not None:
+            assert self._current.ledger_id == max(self._infos), "it appends to its last ledger"
+            assert self._fill.entries == self._current.last_add_confirmed + 1
+        for ledger_id, li in self._infos.items():
+            if self._current is None or ledger_id != self._current.ledger_id:
+                assert not li.HasField("entries") or li.entries > 0, "empty ledgers are dropped"
+        assert all(name == c.name for name, c in self.cursors.items())
 
     async def close(self) -> None:
         """Close the open ledger and write its final info (so a later open need not recover
         it), and stop the timer. Cursors persist their state as they change."""
         async with self._add_lock:
-            if self._closed:
+            if self._life.closed:
                 return
-            self._closed = True
+            self._life.fire(MLEvent.CLOSE)
             if self._timer_scope is not None:
                 self._timer_scope.cancel()
             handle, self._current = self._current, None
-            if handle is None or self._fenced:
+            if handle is None or self._life.fenced:
                 return
             await handle.close()
             self._ledger_closed(handle)
@@ -715,10 +596,5 @@ async def open_managed_ledger(
     try:
         yield ml
     finally:
-        if not ml._closed:
+        if not ml.is_closed:
             await ml.close()
-
-
-def bounds_of(ml: ManagedLedger, ledger_id: int) -> dict[str, str]:
-    """The PIP-345 properties of one ledger (what :meth:`ManagedLedger.stats` shows)."""
-    return bounds_properties(properties_of(ml.ledger_info(ledger_id)))
