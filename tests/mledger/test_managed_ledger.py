@@ -38,7 +38,10 @@ async def _stored(bk: BookKeeper, name: str) -> ml_pb.ManagedLedgerInfo:
 
 async def test_a_ledger_holds_exactly_max_entries(bk: BookKeeper, clock: FakeClock) -> None:
     async with open_managed_ledger(bk, "t", SMALL, clock=clock) as ml:
-        positions = [await ml.add_entry(b"e%d" % i) for i in range(3)]
+        positions = []
+        for i in range(3):
+            positions.append(await ml.add_entry(b"e%d" % i))
+            ml._check()
         ledgers = ml.ledger_list().ledgers
         assert [info.entries for info in ledgers] == [2, 1]
         assert positions == [
@@ -47,6 +50,7 @@ async def test_a_ledger_holds_exactly_max_entries(bk: BookKeeper, clock: FakeClo
             Position(ledgers[1].ledger_id, 0),
         ]
         await ml.add_entry(b"e3")  # fills the second: closed, and a new empty one opened
+        ml._check()
         assert [info.entries for info in ml.ledger_list().ledgers] == [2, 2, 0]
         stored = await _stored(bk, "t")
         assert [li.entries for li in stored.ledgerInfo[:2]] == [2, 2]
@@ -69,6 +73,7 @@ async def test_size_and_time_rules(bk: BookKeeper, clock: FakeClock) -> None:
     ) as ml:
         for i in range(3):  # younger than the minimum: writes go on past the maximum
             await ml.add_entry(b"x%d" % i)
+            ml._check()
         assert [info.entries for info in ml.ledger_list().ledgers] == [3]
         clock.advance(1001)
         await ml.add_entry(b"x3")
@@ -90,6 +95,7 @@ async def test_maximum_and_inactive_rollover_times(bk: BookKeeper, clock: FakeCl
         assert not await ml.check_rollover()
         clock.advance(1_000)
         assert await ml.check_rollover()  # idle 3 s
+        ml._check()
         await ml.add_entry(b"b")
         for _ in range(5):
             clock.advance(2_000)
@@ -97,6 +103,9 @@ async def test_maximum_and_inactive_rollover_times(bk: BookKeeper, clock: FakeCl
         clock.advance(600)
         assert await ml.check_rollover() or len(ml.ledger_list()) == 3
         assert [info.entries for info in ml.ledger_list().ledgers] == [1, 6, 0]
+        ml._check()
+    ml._check()
+    assert ml.stats()["state"] == "closed"
 
 
 async def test_reopen_recovers_the_last_ledger_and_fences_the_old_owner(
@@ -105,12 +114,17 @@ async def test_reopen_recovers_the_last_ledger_and_fences_the_old_owner(
     old = await ManagedLedger.open(bk, "t", SMALL, clock=clock, rollover_check_interval=None)
     await old.publish([Message(b"m%d" % i) for i in range(5)])
     old.abandon()  # a crash: the last ledger stays open with one entry
+    old._check()
     clock.advance(5)
     async with open_managed_ledger(bk, "t", SMALL, clock=clock) as new:
+        new._check()
         assert [info.entries for info in new.ledger_list().ledgers] == [2, 2, 1, 0]
         assert new.last_index == 4  # the index continues
         with pytest.raises(ManagedLedgerFencedError):
             await old.add_entry(b"late")
+        old._check()
+        assert old.is_fenced
+        assert not old.is_closed
         positions = await new.publish([Message(b"m5")])
         entry = decode_pulsar_entry(await new.read_entry(positions[0]))
         assert entry.index == 5
@@ -127,8 +141,13 @@ async def test_a_lost_compare_and_set_fences(bk: BookKeeper, clock: FakeClock) -
         with pytest.raises(ManagedLedgerFencedError):
             await ml.add_entry(b"b")  # the rollover's write loses
         assert ml.is_fenced
+        ml._check()
         with pytest.raises(ManagedLedgerFencedError):
             await ml.add_entry(b"c")
+    ml._check()  # closed by its owner after the fence: both facts stay
+    assert ml.is_fenced
+    assert ml.is_closed
+    assert ml.stats()["state"] == "fenced"
 
 
 async def test_empty_ledgers_are_dropped_on_reopen(bk: BookKeeper, clock: FakeClock) -> None:
