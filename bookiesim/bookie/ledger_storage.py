@@ -22,7 +22,6 @@ process restarts, when the journal is replayed from the last mark persisted.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +35,7 @@ from bookiesim.bookie.ledger_index import WRITE_STEP_LOCATIONS, IndexFile, Ledge
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
-
-_IDS = struct.Struct(">qqq")
+from bookiesim.proto.entry_header import IDS, IDS_AND_LAC, LENGTH_OFFSET
 
 
 class StorageFailedError(OSError):
@@ -89,10 +87,10 @@ def entry_header(body: bytes) -> EntryHeader:
     """Ledger id, entry id and the client's LAC from a packaged entry body."""
     if len(body) < MIN_SANE_ENTRY_SIZE:
         raise BadRequestError(f"entry body of {len(body)} bytes is shorter than 16")
-    if len(body) < 24:
-        ledger_id, entry_id = struct.unpack_from(">qq", body)
+    if len(body) < LENGTH_OFFSET:  # ids only: the LAC is not there
+        ledger_id, entry_id = IDS.unpack_from(body)
         return EntryHeader(ledger_id, entry_id, -1)
-    return EntryHeader(*_IDS.unpack_from(body))
+    return EntryHeader(*IDS_AND_LAC.unpack_from(body))
 
 
 class LedgerStorage:

@@ -35,6 +35,7 @@ from typing import Final, NamedTuple
 import crc32c as _crc32c
 
 from bookiesim.client.errors import BKError
+from bookiesim.proto.entry_header import HEADER, HEADER_LENGTH, LAC_BLOB, LAC_BLOB_LENGTH
 
 __all__ = [
     "LAC_METADATA_LENGTH",
@@ -47,14 +48,13 @@ __all__ = [
     "master_key",
 ]
 
-METADATA_LENGTH: Final = 32
-"""Bytes before the digest in an entry body: ledgerId, entryId, LAC, length."""
+METADATA_LENGTH: Final = HEADER_LENGTH
+"""Bytes before the digest in an entry body: ledgerId, entryId, LAC, length (upstream's
+``DigestManager.METADATA_LENGTH``; the layout is :mod:`bookiesim.proto.entry_header`)."""
 
-LAC_METADATA_LENGTH: Final = 16
+LAC_METADATA_LENGTH: Final = LAC_BLOB_LENGTH
 """Bytes before the digest in a WriteLac blob: ledgerId, lac."""
 
-_HEADER = struct.Struct(">qqqq")
-_LAC_HEADER = struct.Struct(">qq")
 _CRC32_LONG = struct.Struct(">Q")
 _CRC32C_INT = struct.Struct(">I")
 
@@ -197,7 +197,7 @@ class DigestManager:
         ``LedgerHandle`` passes it.
         """
         try:
-            header = _HEADER.pack(self.ledger_id, entry_id, lac, length)
+            header = HEADER.pack(self.ledger_id, entry_id, lac, length)
         except struct.error as exc:
             raise ValueError(
                 f"ledger {self.ledger_id} entry {entry_id}: lac={lac} length={length} "
@@ -222,7 +222,7 @@ class DigestManager:
                 f"body of {len(view)} bytes is shorter than the {start}-byte minimum for "
                 f"{self.digest_type.name} (32-byte header + {d}-byte digest)",
             )
-        ledger_id, entry_id, lac, length = _HEADER.unpack_from(view)
+        ledger_id, entry_id, lac, length = HEADER.unpack_from(view)
         header = view[:METADATA_LENGTH]
         payload = view[start:]
         if d:
@@ -251,7 +251,7 @@ class DigestManager:
 
     def package_lac(self, lac: int) -> bytes:
         """The WriteLac blob: long ledgerId, long lac, digest over those 16 bytes."""
-        header = _LAC_HEADER.pack(self.ledger_id, lac)
+        header = LAC_BLOB.pack(self.ledger_id, lac)
         return header + self._digest(header, b"")
 
     def verify_lac(self, blob: Buffer) -> int:
@@ -269,7 +269,7 @@ class DigestManager:
                 f"LAC blob of {len(view)} bytes is shorter than the "
                 f"{LAC_METADATA_LENGTH + d}-byte minimum for {self.digest_type.name}",
             )
-        ledger_id, lac = _LAC_HEADER.unpack_from(view)
+        ledger_id, lac = LAC_BLOB.unpack_from(view)
         if d:
             expected = self._digest(view[:LAC_METADATA_LENGTH], b"")
             got = view[LAC_METADATA_LENGTH : LAC_METADATA_LENGTH + d]

@@ -41,6 +41,7 @@ from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestTy
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
 from bookiesim.pipeline.inputs import Split
+from bookiesim.proto.entry_header import HEADER_LENGTH, LAC_OFFSET, LENGTH_OFFSET
 
 __all__ = ["COLUMNS", "SCHEMA", "Columns", "read_split", "scan_split"]
 
@@ -62,12 +63,11 @@ SCHEMA = pa.schema(
 )
 COLUMNS = tuple(SCHEMA.names)
 
-_LAC = struct.Struct(">q")
+_LAC = struct.Struct(">q")  # the long at LAC_OFFSET of a packaged entry
 ROWS_PER_BATCH = 16_384
 """Rows per Arrow batch handed to Spark."""
 _PULSAR_MAGICS = (b"\x0e\x01", b"\x0e\x02")
 _PULSAR_FIRST_BYTES = frozenset(magic[0] for magic in _PULSAR_MAGICS)
-_HEADER = 32
 PulsarFields = tuple[int | None, int | None, int | None]
 PulsarParser = Callable[[bytes], PulsarFields | None]
 
@@ -86,9 +86,9 @@ def payload_offset(ledger_id: int, body: bytes) -> int | None:
             DigestManager(ledger_id, b"", digest).verify(body)
         except DigestMismatchError:
             continue
-        return _HEADER + digest.digest_length
+        return HEADER_LENGTH + digest.digest_length
     for digest in (DigestType.HMAC, DigestType.DUMMY):
-        at = _HEADER + digest.digest_length
+        at = HEADER_LENGTH + digest.digest_length
         if body[at : at + 2] in _PULSAR_MAGICS:
             return at
     return None
@@ -154,7 +154,10 @@ class Columns:
         self.sizes += sizes
         if self._keep_lacs:
             unpack_lac = _LAC.unpack_from
-            self.lacs += [unpack_lac(body, 16)[0] if len(body) >= 24 else None for body in bodies]
+            self.lacs += [
+                unpack_lac(body, LAC_OFFSET)[0] if len(body) >= LENGTH_OFFSET else None
+                for body in bodies
+            ]
         n = len(batch)
         fields = (
             None if parse is None else _pulsar_fields(ledger_ids, sizes, bodies, parse, payload_at)

@@ -42,6 +42,7 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.entry_header import ENTRY_ID_OFFSET
 from bookiesim.proto.frames import FrameError
 
 __all__ = [
@@ -192,11 +193,11 @@ class AddRequest:
 
     @property
     def ledger_id(self) -> int:
-        return int(_LONG.unpack_from(self.body, 0)[0])
+        return int(_LONG.unpack_from(self.body, 0)[0])  # the packaged entry header's ledgerId
 
     @property
     def entry_id(self) -> int:
-        return int(_LONG.unpack_from(self.body, 8)[0])
+        return int(_LONG.unpack_from(self.body, ENTRY_ID_OFFSET)[0])
 
     @property
     def recovery(self) -> bool:
