@@ -2,7 +2,7 @@
 
 :class:`BookieService` wires a :class:`~bookiesim.bookie.bookie.Bookie` to its v3 server and
 its admin/metrics HTTP server. The command line (``bookiesim bookie``) runs one per process;
-tests and experiments run several in one process through :mod:`bookiesim.testing`.
+tests and experiments run several in one process through :mod:`bookiesim.cluster.testing`.
 
 Start-up order, as upstream's: with a ``metadataServiceUri`` the store session is opened
 first and the cluster's identity ensured (``LAYOUT``, ``INSTANCEID``); then the cookies are

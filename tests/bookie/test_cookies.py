@@ -31,11 +31,11 @@ from bookiesim.bookie.cookie_check import (
 )
 from bookiesim.bookie.ledger_index import HEADER_SIZE, PAGE_SIZE, index_path
 from bookiesim.bookie.process import BookieService
-from bookiesim.client.testing import stable_port
+from bookiesim.cluster.in_process import stable_port
+from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import instance_id
 from bookiesim.metadata.cookies import Cookie, CookieFormatError, encode_dir_paths
-from bookiesim.testing import bookie_client, bookie_config, running_bookie
 from tests.interop.vectors import upstream_dir
 
 # -- the codec -------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_a_refused_bookie_process_exits_with_its_own_code(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "bookiesim.sim.cli",
+            "bookiesim",
             "bookie",
             *("--set", f"bookiePort={port + 1}", "--set", "httpServerPort=0"),
             *("--set", f"journalDirectory={tmp_path / 'journal'}"),
@@ -387,7 +387,7 @@ async def test_updatecookie_refuses_a_running_bookie_and_restamps_a_moved_one(
 ) -> None:
     import shutil
 
-    from bookiesim.sim.cookie_command import UpdateRefusedError, update_cookies
+    from bookiesim.cli.cookie_command import UpdateRefusedError, update_cookies
 
     uri = f"sqlite:///{tmp_path}/meta.db"
     port = stable_port()
@@ -413,7 +413,7 @@ async def test_updatecookie_refuses_a_running_bookie_and_restamps_a_moved_one(
 
 
 def test_updatecookie_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bookiesim.sim.cli import main
+    from bookiesim.cli.main import main
 
     conf = tmp_path / "bk_server.conf"
     conf.write_text(

@@ -22,15 +22,15 @@ from bookiesim.bookie.log_mark import read_last_mark
 from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
-from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.simulation.disk import DiskFaults, SimDisk
-from bookiesim.testing import (
+from bookiesim.cluster.testing import (
     BookieTestClient,
     bookie_client,
     bookie_config,
     bookie_process,
     running_bookie,
 )
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.sim.disk import DiskFaults, SimDisk
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:

@@ -9,8 +9,8 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.entrylog.logger import RotationReason
-from bookiesim.testing import bookie_client, bookie_config, running_bookie
 
 
 async def test_write_close_rotates_and_next_checkpoint_advances_pointer(tmp_path: Path) -> None:

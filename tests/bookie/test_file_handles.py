@@ -15,8 +15,8 @@ from pathlib import Path
 import trio
 
 from bookiesim.client.digest import DigestManager
+from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.testing import bookie_client, bookie_config, running_bookie
 
 FIXED_OVERHEAD = 12
 """Journal file, listening sockets (bookie, HTTP), one client connection (both ends), the

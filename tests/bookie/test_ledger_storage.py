@@ -37,7 +37,7 @@ from bookiesim.bookie.ledger_index import WRITE_STEP_LOCATIONS, IndexFile
 from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint, StorageFailedError
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.writeback import SYNCFS_MIN_FILES
-from bookiesim.simulation.disk import SimDisk
+from bookiesim.sim.disk import SimDisk
 
 from ..gc.helpers import body, config, crash, open_storage, write
 

@@ -13,14 +13,14 @@ import pytest
 import trio
 
 from bookiesim.bookie.ledger_storage import StorageFailedError
+from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import INSTANCEID, LAYOUT
 from bookiesim.metadata.registration import bookie_address, live_bookies, read_only_bookies
 from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import DataFormats_pb2 as dfpb
-from bookiesim.simulation.disk import SimDisk
-from bookiesim.testing import bookie_client, bookie_config, running_bookie
+from bookiesim.sim.disk import SimDisk
 
 
 async def test_bookie_registers_while_serving(tmp_path: Path) -> None:

@@ -19,14 +19,14 @@ from bookiesim.bookie.log_mark import read_last_mark
 from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager
-from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.testing import (
+from bookiesim.cluster.testing import (
     BookieTestClient,
     bookie_client,
     bookie_config,
     bookie_process,
     running_bookie,
 )
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 KEY_OTHER = b"\x02" * 20
 

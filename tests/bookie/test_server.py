@@ -18,10 +18,10 @@ from bookiesim.bookie.handlers import decode_availability, encode_availability
 from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager, master_key
+from bookiesim.cluster.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
-from bookiesim.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
 
 KEY_OTHER = b"\x01" * 20
 
@@ -122,7 +122,7 @@ async def test_fence_survives_restart(tmp_path: Path) -> None:
 async def test_a_fence_that_failed_to_persist_is_never_answered_as_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Found by the stateful simulation (tests/simulation/test_stateful.py): a disk filled
+    """Found by the stateful simulation (tests/sim/test_stateful.py): a disk filled
     up during a recovery, the fence's journal write failed, and a later fencing read of the
     same ledger was answered as if the fence were durable; after a restart the ledger was
     not fenced (A2)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bookiesim.client import BookKeeper, ClientConfig
-from bookiesim.client.testing import LocalCluster, running_cluster
+from bookiesim.cluster.in_process import LocalCluster, running_cluster
 
 TEST_CONFIG = ClientConfig(seed=7, request_timeout=3.0, connect_timeout=2.0)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bookiesim.client import BookKeeper, LedgerFencedError
-from bookiesim.client.testing import running_cluster
+from bookiesim.cluster.in_process import running_cluster
 from bookiesim.entrylog.logger import RotationReason
 from bookiesim.metadata.testing import ZooKeeperServer
 from tests.client.conftest import TEST_CONFIG

@@ -21,7 +21,7 @@ from bookiesim.client import (
     LedgerHandle,
     NotEnoughBookiesError,
 )
-from bookiesim.client.testing import FaultyConnector, LocalCluster, running_cluster
+from bookiesim.cluster.in_process import FaultyConnector, LocalCluster, running_cluster
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG

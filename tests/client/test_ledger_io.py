@@ -24,10 +24,10 @@ from bookiesim.client import (
     UnauthorizedError,
 )
 from bookiesim.client.digest import DigestManager
-from bookiesim.client.testing import LocalCluster
+from bookiesim.cluster.in_process import LocalCluster
+from bookiesim.cluster.testing import bookie_client
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.testing import bookie_client
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload, read_direct
 

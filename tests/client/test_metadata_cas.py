@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from bookiesim.client import BookKeeper, LedgerFencedError
-from bookiesim.client.testing import LocalCluster
+from bookiesim.cluster.in_process import LocalCluster
 from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata, LedgerState
 from bookiesim.metadata.store import MetadataStore

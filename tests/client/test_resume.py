@@ -16,7 +16,7 @@ from bookiesim.client import (
     LedgerFencedError,
     UnauthorizedError,
 )
-from bookiesim.client.testing import LocalCluster
+from bookiesim.cluster.in_process import LocalCluster
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload

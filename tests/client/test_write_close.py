@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from bookiesim.client import BookKeeper, ClientConfig
-from bookiesim.client.testing import FaultyConnector, LocalCluster
+from bookiesim.cluster.in_process import FaultyConnector, LocalCluster
 from bookiesim.entrylog.logger import RotationReason
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload, wait_until

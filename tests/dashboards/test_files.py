@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from bookiesim.dashboards.command import render_files
+from bookiesim.cli.dashboards_command import render_files
 from bookiesim.dashboards.panels import ROWS, all_expressions
 
 REPO = Path(__file__).resolve().parents[2]

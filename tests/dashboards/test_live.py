@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from bookiesim.dashboards import prometheus_server
-from bookiesim.dashboards.command import check_expressions, find_chromium, screenshot
+from bookiesim.cli.dashboards_command import check_expressions, find_chromium, screenshot
+from bookiesim.cli.main import main
+from bookiesim.cluster import prometheus
+from bookiesim.cluster.processes import pid_alive
 from bookiesim.dashboards.panels import ROWS
-from bookiesim.sim.cli import main
-from bookiesim.sim.cluster_command import pid_alive
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,7 @@ def test_status_shows_prometheus_and_down_stops_it(
 def test_without_prometheus_the_cluster_starts_and_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(prometheus_server, "find_prometheus", lambda: None)
+    monkeypatch.setattr(prometheus, "find_prometheus", lambda: None)
     root = tmp_path / "c"
     assert main(["cluster", "up", "--dir", str(root), "--bookies", "1", "--prometheus"]) == 0
     try:

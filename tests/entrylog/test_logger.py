@@ -28,7 +28,7 @@ from bookiesim.entrylog.format import HEADER_SIZE, LogHeader
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 from bookiesim.entrylog.metadata import extract_by_scanning, extract_from_ledgers_map
 from bookiesim.entrylog.reader import EntryReadError, WrongEntryError
-from bookiesim.simulation.disk import SimDisk
+from bookiesim.sim.disk import SimDisk
 
 from .entries import make_entry, seeded_entry, upstream_entry
 from .test_managers import FakeClock, dirs_of

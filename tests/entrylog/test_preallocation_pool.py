@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.entrylog.format import HEADER_SIZE, log_file_name
 from bookiesim.entrylog.logger import EntryLogger, RotationReason
-from bookiesim.testing import bookie_client, bookie_config, running_bookie
 
 from .entries import make_entry, upstream_entry
 

@@ -17,10 +17,10 @@ import trio
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.ledger_storage import LedgerStorage, entry_header
+from bookiesim.cluster.testing import bookie_config
 from bookiesim.gc.collector import GarbageCollector
 from bookiesim.gc.policy import CompactionSettings, Throttle
 from bookiesim.metadata.errors import NoSuchLedgerError
-from bookiesim.testing import bookie_config
 
 FORCE_BOTH = CompactionSettings(
     minor_threshold=0.2,
@@ -97,7 +97,7 @@ def crash(storage: LedgerStorage) -> None:
     """kill -9: buffers not yet handed to the OS are lost, nothing is flushed or closed
     cleanly (what reached the OS stays, as after a process crash)."""
     logger = storage.entry_logger
-    for writer in list(logger._files.writers.values()):
+    for writer in logger._files.open_writers():
         writer.close(discard_buffer=True)
     for reader in logger._readers.values():
         reader.close()

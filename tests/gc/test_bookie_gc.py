@@ -14,9 +14,9 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from bookiesim.cli.main import main
+from bookiesim.cluster.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.sim.cli import main
-from bookiesim.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
 
 from .helpers import FakeLedgers
 

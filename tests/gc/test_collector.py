@@ -21,7 +21,7 @@ from bookiesim.entrylog.logger import RotationReason
 from bookiesim.gc.collector import GarbageCollector
 from bookiesim.gc.interfaces import Move
 from bookiesim.gc.policy import CompactionKind, CompactionSettings
-from bookiesim.simulation.disk import SimDisk
+from bookiesim.sim.disk import SimDisk
 
 from .helpers import (
     FORCE_BOTH,

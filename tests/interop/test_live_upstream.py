@@ -190,7 +190,7 @@ def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Book
 def _background_writer(ours: Bookiesim, ledger: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            sys.executable, "-m", "bookiesim.sim.cli", "ledger", "write", str(ledger),
+            sys.executable, "-m", "bookiesim", "ledger", "write", str(ledger),
             "--count", "10000000", "--size", "100", "--metadata", ours.root.uri,
         ],
         stdout=subprocess.DEVNULL,

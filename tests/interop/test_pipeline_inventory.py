@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from bookiesim.cli.main import main
 from bookiesim.pipeline.inputs import find_logs, plan_splits
 from bookiesim.pipeline.rows import read_split
-from bookiesim.sim.cli import main
 from tests.interop.vectors import extract_bookie_data
 from tests.pipeline.conftest import spark
 

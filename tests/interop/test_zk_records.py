@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bookiesim.client import BookKeeper
-from bookiesim.client.testing import running_cluster, stable_port
+from bookiesim.cluster.in_process import running_cluster, stable_port
+from bookiesim.cluster.testing import bookie_config, running_bookie
 from bookiesim.metadata import BookieInfo, LedgerMetadata, MetadataStore, open_store
 from bookiesim.metadata.cluster import INSTANCEID, LAYOUT, LAYOUT_HIERARCHICAL
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.proto import DataFormats_pb2 as pb
-from bookiesim.testing import bookie_config, running_bookie
 from tests.interop.vectors import upstream_dir
 
 ROOT = "/ledgers"

@@ -268,7 +268,7 @@ class Bookiesim:
             "journalPreAllocSizeMB=1",
             "flushInterval=1000",
         ]
-        args = [sys.executable, "-m", "bookiesim.sim.cli", "bookie"]
+        args = [sys.executable, "-m", "bookiesim", "bookie"]
         for setting in settings:
             args += ["--set", setting]
         log = self.work / f"{name}.log"
@@ -286,7 +286,7 @@ class Bookiesim:
                 proc.wait()
 
     def ledger(self, *args: str, v2: bool = False, stdin: str | None = None) -> str:
-        cmd = [sys.executable, "-m", "bookiesim.sim.cli", "ledger", *args]
+        cmd = [sys.executable, "-m", "bookiesim", "ledger", *args]
         cmd += ["--metadata", self.root.uri]
         if v2:
             cmd += ["--use-v2-wire-protocol"]

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookiesim.client import BookKeeper
-from bookiesim.client.testing import running_cluster
+from bookiesim.cluster.in_process import running_cluster
 from bookiesim.metadata import (
     FEATURE_WRITE_CLOSE,
     BookieIdInUseError,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bookiesim.client import BookKeeper, ClientConfig
-from bookiesim.client.testing import LocalCluster, running_cluster
+from bookiesim.cluster.in_process import LocalCluster, running_cluster
 
 TEST_CONFIG = ClientConfig(seed=11, request_timeout=5.0, connect_timeout=2.0)
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bookiesim.sim.cli import main
+from bookiesim.cli.main import main
 
 
 def test_bench_seek_small(capsys: pytest.CaptureFixture[str]) -> None:

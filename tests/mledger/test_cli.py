@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bookiesim.sim.cli import main
+from bookiesim.cli.main import main
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "pip146"
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bookiesim.sim.cli import main
+from bookiesim.cli.main import main
 from tests.pipeline.logs import body, write_log
 
 if TYPE_CHECKING:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+from bookiesim.cli.ledger_command import metadata_json
 from bookiesim.client import BookKeeper
-from bookiesim.client.testing import running_cluster
+from bookiesim.cluster.in_process import running_cluster
 from bookiesim.entrylog.format import make_location, parse_log_file_name
 from bookiesim.entrylog.metadata import extract_metadata
 from bookiesim.entrylog.reader import EntryLogReader
@@ -31,7 +32,6 @@ from bookiesim.pipeline.jobs.consistency import consistency
 from bookiesim.pipeline.jobs.gc_report import gc_report
 from bookiesim.pipeline.jobs.inventory import inventory
 from bookiesim.pipeline.session import entrylog_tasks
-from bookiesim.sim.ledger_command import metadata_json
 from tests.pipeline.logs import body, write_log
 
 if TYPE_CHECKING:

@@ -1,1 +1,1 @@
-"""Tests of ``bookiesim.sim``: the command line (shell, bench)."""
+"""Tests of ``bookiesim.sim``: the simulator and the experiments built on it."""

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from bookiesim.sim.cli import main as cli_main
-from bookiesim.sim.experiments.elpl.experiment import (
+from bookiesim.cli.main import main as cli_main
+from bookiesim.sim.elpl.experiment import (
     DEFAULT_SETTINGS,
     ExperimentConfig,
     run_experiment,
     run_matrix,
     scaled_settings,
 )
-from bookiesim.sim.experiments.elpl.report import summarize_experiment
-from bookiesim.sim.experiments.elpl.workload import (
+from bookiesim.sim.elpl.report import summarize_experiment
+from bookiesim.sim.elpl.workload import (
     ClusterShape,
     LedgerKind,
     WorkloadSpec,

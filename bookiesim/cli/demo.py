@@ -1,0 +1,580 @@
+"""``bookiesim demo`` (``make demo``): a local cluster, three ledgers, BP-32 write-close.
+
+What it does, step by step:
+
+1. starts a three-bookie cluster under DIR, exactly as ``bookiesim cluster up --dir DIR``
+   does (separate processes on 127.0.0.1, entry log per ledger, SQLite metadata store in
+   ``DIR/metadata.db``, ``flushInterval=1000`` so checkpoints come every second);
+2. with the project's BookKeeper client, creates three ledgers with E=3 Qw=2 Qa=2, writes
+   100 entries of 1 KiB to each (striped: every entry on two of the three bookies, pipelined,
+   acknowledged by two), then reads every entry back and checks it;
+3. closes the ledgers: CLOSED in the metadata, then WriteClose to every bookie of each
+   ensemble; after the next checkpoint each bookie has rotated those ledgers' logs (reason
+   ``write_close``), fsynced and closed them, and leastUnflushedLogId moved past them —
+   all read from the bookies' own ``/metrics`` and admin API;
+4. prints the metrics URLs, the Prometheus scrape config and what to try next, then stops
+   the cluster (SIGTERM; each bookie must exit 0) unless ``--keep-running``, which leaves
+   it up for ``bookiesim ledger ... --cluster DIR`` and ``bookiesim cluster down``.
+
+The data directory is kept so the files can be inspected with ``bookiesim shell``. Every wait
+has a timeout; a bookie that fails to start, an error from the client or a payload that does
+not read back ends the demo with one clear message and exit code 1, and the bookies started
+so far are stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bookiesim.cli.ledger_command import generated_payload
+from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
+from bookiesim.client.distribution import RoundRobinDistribution
+from bookiesim.cluster.control import detach, start_cluster
+from bookiesim.cluster.processes import (
+    HOST,
+    ClusterError,
+    LocalBookie,
+    exit_description,
+    stop_bookies,
+)
+
+__all__ = ["register", "run_demo"]
+
+BOOKIES = 3
+LEDGERS = 3
+ENSEMBLE, WRITE_QUORUM, ACK_QUORUM = 3, 2, 2
+ENTRIES = 100
+ENTRY_SIZE = 1024
+FLUSH_INTERVAL_MS = 1000
+PASSWORD = b"bookiesim-demo"
+
+TRAFFIC_TIMEOUT = 60.0
+"""Seconds for all adds (or all reads, or all closes)."""
+CHECKPOINT_TIMEOUT = 15.0
+"""Seconds to wait for the checkpoint after the write-closes (flushInterval is 1 s)."""
+STOP_TIMEOUT = 15.0
+"""Seconds for the bookies to exit after SIGTERM (they take a final checkpoint), then SIGKILL."""
+HTTP_TIMEOUT = 5.0
+
+_T = TypeVar("_T")
+
+
+# -- traffic, through the client -------------------------------------------------------------
+
+
+@dataclass
+class LedgerReport:
+    ledger_id: int
+    ensemble: tuple[str, ...]
+    acked: int
+    verified: int = 0
+
+
+async def write_ledgers(bk: BookKeeper) -> list[LedgerReport]:
+    """Create the ledgers and write them all at once, every add pipelined; then send each
+    LAC explicitly so a reader in another client sees the last entry too."""
+    handles: list[LedgerHandle] = [
+        await bk.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, password=PASSWORD)
+        for _ in range(LEDGERS)
+    ]
+    adds = {
+        lh.ledger_id: [
+            lh.append_async(generated_payload(lh.ledger_id, i, ENTRY_SIZE)) for i in range(ENTRIES)
+        ]
+        for lh in handles
+    }
+    reports = []
+    for lh in handles:
+        ids = [await f.result() for f in adds[lh.ledger_id]]
+        if ids != list(range(ENTRIES)):
+            raise ClusterError(f"ledger {lh.ledger_id}: acknowledged ids {ids[:5]}…, not 0..")
+        await lh.write_lac()
+        reports.append(LedgerReport(lh.ledger_id, lh.ensemble, len(ids)))
+    return reports
+
+
+async def read_ledgers(bk: BookKeeper, reports: list[LedgerReport]) -> None:
+    """Read every entry back (from any replica, digest checked) and compare the payload."""
+    for report in reports:
+        handle = await bk.open_ledger(report.ledger_id, password=PASSWORD)
+        if handle.last_add_confirmed != ENTRIES - 1:
+            raise ClusterError(
+                f"ledger {report.ledger_id}: the bookies' LAC is {handle.last_add_confirmed}, "
+                f"expected {ENTRIES - 1}"
+            )
+        for entry in await handle.read_entries(0, ENTRIES - 1):
+            if entry.payload != generated_payload(report.ledger_id, entry.entry_id, ENTRY_SIZE):
+                raise ClusterError(
+                    f"ledger {report.ledger_id} entry {entry.entry_id}: payload differs"
+                )
+            report.verified += 1
+
+
+async def close_ledgers(bk: BookKeeper, reports: list[LedgerReport]) -> ClientStats:
+    """Close each ledger as ``bookiesim ledger close`` does (this client did not write them:
+    it takes the writer's place, then closes); returns the WriteClose counts."""
+    for report in reports:
+        writer = await bk.resume_ledger(report.ledger_id, password=PASSWORD)
+        await writer.close()
+    await bk.wait_write_closes()
+    return bk.stats
+
+
+def replicas_per_bookie(report: LedgerReport) -> Counter[str]:
+    """How many of the ledger's entries each bookie holds (its write sets, E=3 Qw=2)."""
+    dist = RoundRobinDistribution(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM)
+    counts: Counter[str] = Counter()
+    for entry_id in range(ENTRIES):
+        for position in dist.write_set(entry_id):
+            counts[report.ensemble[position]] += 1
+    return counts
+
+
+def run_traffic(uri: str, what: str, fn: Callable[[BookKeeper], Awaitable[_T]]) -> _T:
+    """``fn(client)`` in its own trio run under a timeout; failures become one
+    :class:`ClusterError` that says what was being done."""
+
+    async def timed() -> _T:
+        try:
+            with trio.fail_after(TRAFFIC_TIMEOUT):
+                async with BookKeeper.open(uri) as bk:
+                    return await fn(bk)
+        except trio.TooSlowError:
+            raise ClusterError(
+                f"{what} did not finish within {TRAFFIC_TIMEOUT:.0f} s: a bookie is stuck or "
+                "the machine is overloaded; see DIR/bookie-N/bookie.log"
+            ) from None
+
+    try:
+        return trio.run(timed)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+            raise KeyboardInterrupt from group
+        if not all(isinstance(leaf, Exception) for leaf in leaves):
+            raise
+        first = leaves[0]
+        if isinstance(first, ClusterError):
+            raise first from group
+        raise ClusterError(f"{what}: {type(first).__name__}: {first}") from group
+    except (BKError, OSError) as exc:
+        raise ClusterError(f"{what}: {exc}") from exc
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            leaves += _leaves(exc)
+        else:
+            leaves.append(exc)
+    return leaves
+
+
+# -- admin HTTP ------------------------------------------------------------------------------
+
+
+def http_get(bookie: LocalBookie, url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
+            body: bytes = response.read()
+            return body
+    except (OSError, urllib.error.URLError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise ClusterError(f"{bookie.name} ({bookie.describe()}): GET {url}: {reason}") from exc
+
+
+def bookie_info(bookie: LocalBookie) -> dict[str, Any]:
+    body = http_get(bookie, bookie.info_url)
+    try:
+        info: dict[str, Any] = json.loads(body)
+    except ValueError as exc:
+        raise ClusterError(f"{bookie.name}: {bookie.info_url} is not JSON: {body[:200]!r}") from exc
+    return info
+
+
+def bookie_metrics(bookie: LocalBookie) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of ``/metrics`` by (name, sorted labels)."""
+    text = http_get(bookie, bookie.metrics_url).decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def metric_by_label(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, label: str
+) -> dict[str, int]:
+    return {
+        dict(labels)[label]: int(value)
+        for (sample_name, labels), value in samples.items()
+        if sample_name == name and label in dict(labels)
+    }
+
+
+def checkpoints(bookie: LocalBookie) -> int:
+    return int(bookie_metrics(bookie).get(("bookie_checkpoints_total", ()), 0))
+
+
+def wait_for_checkpoint(bookies: Sequence[LocalBookie], before: dict[str, int]) -> None:
+    """Until every bookie completed a checkpoint after ``before`` and has no rotated log left."""
+    deadline = time.monotonic() + CHECKPOINT_TIMEOUT
+    pending = list(bookies)
+    while pending:
+        pending = [
+            b
+            for b in pending
+            if checkpoints(b) <= before[b.name] or bookie_info(b)["rotatedLogs"] != 0
+        ]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(b.name for b in pending)
+            raise ClusterError(
+                f"no checkpoint flushed the rotated logs of {names} within "
+                f"{CHECKPOINT_TIMEOUT:.0f} s (flushInterval is {FLUSH_INTERVAL_MS} ms)"
+            )
+        time.sleep(0.1)
+
+
+# -- presentation ----------------------------------------------------------------------------
+
+
+def bookiesim_command() -> str:
+    """How the user can run ``bookiesim``: plain when it is on PATH, else the venv's script."""
+    script = Path(sys.executable).parent / "bookiesim"
+    if not script.exists():
+        return f"{sys.executable} -m bookiesim"
+    on_path = shutil.which("bookiesim")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "bookiesim"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def _ratio(before: object, after: object) -> str:
+    return f"{before} → {after}"
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    shown = {k: v for k, v in counts.items() if v}
+    return ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "none"
+
+
+def _first(paths: list[Path]) -> Path | None:
+    return paths[0] if paths else None
+
+
+def _log_sort_key(path: Path) -> int:
+    try:
+        return int(path.stem, 16)
+    except ValueError:
+        return -1
+
+
+@dataclass
+class Snapshot:
+    info: dict[str, Any]
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def snapshot(bookie: LocalBookie) -> Snapshot:
+    return Snapshot(bookie_info(bookie), bookie_metrics(bookie))
+
+
+# -- the demo ------------------------------------------------------------------------------
+
+
+def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int:
+    """Run the demo with its data under ``root``; returns the exit code."""
+    root = root.absolute()
+    if "," in str(root):
+        raise ClusterError(
+            f"{root}: the bookie's ledgerDirectories is a comma-separated list, so "
+            "the demo directory must not contain ','"
+        )
+    for n in range(1, BOOKIES + 1):
+        if (root / f"bookie-{n}").exists():
+            raise ClusterError(
+                f"{root / f'bookie-{n}'} already exists: give --dir an empty or new directory"
+            )
+    console.print(f"[bold]bookiesim demo[/]: cluster in [cyan]{escape(str(root))}[/] (kept)")
+
+    bookies: list[LocalBookie] = []
+    stopped = succeeded = False
+    try:
+        # 1. start
+        with console.status(f"Starting {BOOKIES} bookies…"):
+            started = time.monotonic()
+            bookies, state = start_cluster(
+                root, BOOKIES, None, [f"flushInterval={FLUSH_INTERVAL_MS}"]
+            )
+            elapsed = time.monotonic() - started
+        uri = state["metadata"]
+        names = {f"{HOST}:{b.bookie_port}": b.name for b in bookies}
+        table = Table(title=f"1. {BOOKIES} bookies started and registered in {elapsed:.1f} s")
+        for column in ("bookie", "pid", "bookie id", "admin/metrics port", "mode"):
+            table.add_column(column)
+        for bookie in bookies:
+            info = bookie_info(bookie)
+            table.add_row(
+                bookie.name,
+                str(bookie.proc.pid),
+                f"{HOST}:{bookie.bookie_port}",
+                str(bookie.http_port),
+                str(info.get("mode")),
+            )
+        table.caption = (
+            f"metadata {uri}; flushInterval={FLUSH_INTERVAL_MS} ms; "
+            "stderr in DIR/bookie-N/bookie.log"
+        )
+        console.print(table)
+
+        # 2. write, read back, verify
+        with console.status(f"Writing {LEDGERS} ledgers…"):
+            started = time.monotonic()
+            reports = run_traffic(uri, "writing", write_ledgers)
+            write_seconds = time.monotonic() - started
+        after_writes = {b.name: snapshot(b) for b in bookies}
+        with console.status("Reading every entry back…"):
+            started = time.monotonic()
+            run_traffic(uri, "reading back", lambda bk: read_ledgers(bk, reports))
+            read_seconds = time.monotonic() - started
+        table = Table(
+            title=f"2. {LEDGERS} ledgers, E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}, "
+            f"{ENTRIES} entries x {ENTRY_SIZE} B, CRC32C"
+        )
+        table.add_column("ledger", justify="right")
+        table.add_column("adds acked", justify="right")
+        table.add_column("read back", justify="right")
+        table.add_column("entries stored per bookie")
+        for report in reports:
+            counts = replicas_per_bookie(report)
+            stored = ", ".join(f"{names[b]}={counts[b]}" for b in report.ensemble)
+            table.add_row(str(report.ledger_id), str(report.acked), str(report.verified), stored)
+        table.caption = (
+            f"writes {write_seconds:.1f} s, reads {read_seconds:.1f} s. Striped: each entry "
+            f"on {WRITE_QUORUM} of the {ENSEMBLE} bookies, acknowledged once {ACK_QUORUM} "
+            "have it in their journal; reads from any replica, digest checked."
+        )
+        console.print(table)
+
+        # 3. close (metadata, then WriteClose), checkpoint
+        before = {b.name: checkpoints(b) for b in bookies}
+        with console.status("Closing the ledgers (metadata CLOSED, then WriteClose)…"):
+            stats = run_traffic(uri, "closing", lambda bk: close_ledgers(bk, reports))
+            after_close = {b.name: snapshot(b) for b in bookies}
+        with console.status("Waiting for a checkpoint…"):
+            wait_for_checkpoint(bookies, before)
+        after_checkpoint = {b.name: snapshot(b) for b in bookies}
+        table = Table(
+            title=f"3. Ledgers closed: WriteClose (BP-32) sent {stats.write_close_sent}, "
+            f"acknowledged {stats.write_close_ok}; then one checkpoint"
+        )
+        table.add_column("bookie")
+        table.add_column("active\nlogs", justify="right")
+        table.add_column("rotated\nlogs", justify="right")
+        table.add_column("rotations\nby reason")
+        table.add_column("leastUnflushed\nLogId", justify="right")
+        table.add_column("WriteClose\nrequests")
+        failures = []
+        for bookie in bookies:
+            written, closed, done = (
+                after_writes[bookie.name],
+                after_close[bookie.name],
+                after_checkpoint[bookie.name],
+            )
+            rotations: dict[str, int] = done.info.get("rotations", {})
+            requests = metric_by_label(done.metrics, "bookie_write_close_requests_total", "outcome")
+            expected = sum(1 for r in reports if f"{HOST}:{bookie.bookie_port}" in r.ensemble)
+            if rotations.get("write_close") != expected:
+                failures.append(
+                    f"{bookie.name}: {rotations.get('write_close', 0)} "
+                    f"write_close rotations, expected {expected}"
+                )
+            table.add_row(
+                bookie.name,
+                _ratio(written.info["activeLogs"], done.info["activeLogs"]),
+                _ratio(closed.info["rotatedLogs"], done.info["rotatedLogs"]),
+                _reasons(rotations),
+                _ratio(written.info["leastUnflushedLogId"], done.info["leastUnflushedLogId"]),
+                _reasons(requests),
+            )
+        table.caption = (
+            "x → y: after the writes (rotated: just after the close) → after the checkpoint. "
+            "WriteClose rotated each ledger's log; the checkpoint fsynced and closed them, so "
+            "leastUnflushedLogId moved past them: the GC may now consider them. Numbers from "
+            "/api/v1/bookie/info and bookie_write_close_requests_total in /metrics."
+        )
+        console.print(table)
+        if failures:
+            raise ClusterError("; ".join(failures))
+
+        # 4. where to look, stop
+        console.print()
+        live = "" if keep_running else ": live until step 4 stops the bookies"
+        console.print(f"[bold]Metrics[/] (Prometheus){live}")
+        for bookie in bookies:
+            console.print(f"  {bookie.name}  {bookie.metrics_url}", soft_wrap=True)
+        console.print(f"  scrape config for Prometheus: {escape(state['scrapeConfig'])}")
+        console.print("[bold]Admin API[/] (and /api/v1/bookie/state)")
+        for bookie in bookies:
+            console.print(f"  {bookie.name}  {bookie.info_url}", soft_wrap=True)
+
+        if keep_running:
+            detach(bookies)
+            print_next_steps(console, root, bookies, reports, keep_running=True)
+            console.print()
+            console.print(
+                f"[bold]The cluster keeps running[/]; stop it with: "
+                f"{escape(bookiesim_command())} cluster down --dir {escape(str(root))}",
+                soft_wrap=True,
+            )
+            succeeded = True
+            return 0
+        with console.status("Stopping the bookies (SIGTERM)…"):
+            stop_bookies(bookies, STOP_TIMEOUT)
+        stopped = True
+        code = report_stops(console, bookies)
+        print_next_steps(console, root, bookies, reports, keep_running=False)
+        console.print(f"\nThe data stays in [cyan]{escape(str(root))}[/].", soft_wrap=True)
+        return code
+    finally:
+        # On any failure (or Ctrl-C) the bookies started so far are stopped, even with
+        # --keep-running: a half-done demo leaves no processes behind.
+        if bookies and not stopped and not (keep_running and succeeded):
+            stop_bookies(bookies, STOP_TIMEOUT)
+
+
+def print_next_steps(
+    console: Console,
+    root: Path,
+    bookies: Sequence[LocalBookie],
+    reports: Sequence[LedgerReport],
+    *,
+    keep_running: bool,
+) -> None:
+    cmd = bookiesim_command()
+    first = bookies[0]
+    current = first.ledgers_dir / "current"
+    logs = sorted(current.glob("*.log"), key=_log_sort_key)
+    journals = sorted((first.journal_dir / "current").glob("*.txn"))
+    lines: list[tuple[str, str]] = []
+    if keep_running:
+        ledger = reports[0].ledger_id
+        lines += [
+            (f"{cmd} cluster status --dir {root}", "bookies, logs, leastUnflushedLogId"),
+            (f"{cmd} ledger list --cluster {root}", "the ledgers in the metadata store"),
+            (
+                f"{cmd} ledger read {ledger} --cluster {root} --password {PASSWORD.decode()} "
+                "--to 3",
+                "entries from any replica",
+            ),
+            (f"curl -s {first.info_url}", "logs, rotations, leastUnflushedLogId"),
+        ]
+    if (log := _first(logs)) is not None:
+        lines.append((f"{cmd} shell readlog {log}", "one ledger's entry log (a log per ledger)"))
+        lines.append(
+            (f"{cmd} shell readlog {log} --ledgers-map", "its ledgers map, appended at rotation")
+        )
+    if (journal := _first(journals)) is not None:
+        lines.append((f"{cmd} shell readjournal {journal}", "the journal's records"))
+    lines.append((f"{cmd} shell lastmark {first.ledgers_dir}", "where replay would start"))
+    if not keep_running:
+        lines.append((f"{cmd} demo --keep-running", "leaves the cluster up to explore"))
+    if Path("docs/bookie.md").is_file():
+        lines.append(("less docs/bookie.md", "what the bookie does, and how to run one"))
+    console.print()
+    console.print("[bold]What to try next[/]")
+    for command, comment in lines:
+        console.print(f"  {escape(command)}   [dim]# {escape(comment)}[/]", soft_wrap=True)
+
+
+def report_stops(console: Console, bookies: Sequence[LocalBookie]) -> int:
+    """Table of exit codes; 1 unless every bookie exited 0."""
+    table = Table(title="4. stopped (SIGTERM)")
+    table.add_column("bookie")
+    table.add_column("pid", justify="right")
+    table.add_column("exit code", justify="right")
+    failed: list[tuple[LocalBookie, str]] = []
+    for bookie in bookies:
+        code = bookie.exit_code
+        if bookie.killed:
+            how = f"did not stop within {STOP_TIMEOUT:.0f} s, SIGKILL"
+        elif code is None:
+            how = "not stopped"
+        else:
+            how = str(code) if code == 0 else exit_description(code)
+        if code != 0:
+            failed.append((bookie, how))
+            how = f"[red]{how}[/]"
+        table.add_row(bookie.name, str(bookie.proc.pid), how)
+    console.print()
+    console.print(table)
+    for bookie, how in failed:
+        console.print(
+            f"[bold red]{bookie.name} did not exit cleanly ({how})[/]; its log is "
+            f"{escape(str(bookie.log_path))}",
+            soft_wrap=True,
+        )
+    return 1 if failed else 0
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="start 3 bookies, write, read, write-close, show what happened",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="where the bookies keep their data (default: a new temp dir, kept and printed)",
+    )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="leave the bookies running at the end (their pids are printed)",
+    )
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    console = Console()
+    root: Path = args.dir or Path(tempfile.mkdtemp(prefix="bookiesim-demo-"))
+    try:
+        return run_demo(root, console, keep_running=args.keep_running)
+    except ClusterError as exc:
+        console.print(f"[bold red]bookiesim demo failed:[/] {escape(str(exc))}", soft_wrap=True)
+        return 1
+    except OSError as exc:
+        console.print(f"[bold red]bookiesim demo failed:[/] {escape(str(exc))}", soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        console.print("[bold red]bookiesim demo interrupted[/]; the bookies were stopped")
+        return 130

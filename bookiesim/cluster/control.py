@@ -1,0 +1,254 @@
+"""A local cluster that outlives the command that started it: N ``bookiesim bookie``
+processes on loopback, each under ``DIR/bookie-N``, all registered in one metadata store
+(``sqlite:///DIR/metadata.db`` unless another URI is given, e.g.
+``zk://127.0.0.1:2181/ledgers``, whose path is the ledgers root as upstream reads it), a
+Prometheus scrape config in ``DIR/prometheus.yml`` and the cluster's description in
+``DIR/cluster.json``. :func:`cluster_up` returns once every bookie serves and is registered;
+:func:`cluster_status` reads that file and asks each bookie; :func:`cluster_down` stops them
+(SIGTERM, a final checkpoint each; SIGKILL after a timeout). ``bookiesim cluster`` and
+``bookiesim demo`` are its front-ends.
+
+The metadata store is imported inside the functions that open it: loading it (and kazoo, for
+``zk://``) is the slow part of the CLI's start-up, and ``status`` of a stopped cluster never
+needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bookiesim.cluster.processes import (
+    HOST,
+    ClusterError,
+    LocalBookie,
+    bookie_settings,
+    pid_alive,
+    spawn_bookie,
+    stop_bookies,
+    wait_ready,
+)
+from bookiesim.cluster.prometheus import PrometheusError, start_prometheus, stop_prometheus
+
+STATE_FILE = "cluster.json"
+SCRAPE_FILE = "prometheus.yml"
+START_TIMEOUT = 30.0
+REGISTRATION_TIMEOUT = 15.0
+STOP_TIMEOUT = 30.0
+HTTP_TIMEOUT = 2.0
+
+
+def default_metadata_uri(root: Path) -> str:
+    return f"sqlite:///{root.resolve() / 'metadata.db'}"
+
+
+def read_state(root: Path) -> dict[str, Any]:
+    path = root / STATE_FILE
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClusterError(f"no cluster in {root} ({path} is missing); run: cluster up") from None
+    except ValueError as exc:
+        raise ClusterError(f"{path} is not a cluster description: {exc}") from exc
+    return state
+
+
+def scrape_config(http_ports: list[int], interval: str = "5s") -> str:
+    targets = ", ".join(f'"{HOST}:{port}"' for port in http_ports)
+    return (
+        "# Written by `bookiesim cluster up`: every bookie's /metrics.\n"
+        "global:\n"
+        f"  scrape_interval: {interval}\n"
+        "scrape_configs:\n"
+        "  - job_name: bookiesim\n"
+        "    static_configs:\n"
+        f"      - targets: [{targets}]\n"
+    )
+
+
+async def wait_registered(uri: str, bookie_ids: set[str], max_wait: float) -> None:
+    from bookiesim.metadata import open_store
+    from bookiesim.metadata.registration import watch_live_bookies
+
+    live: set[str] = set()
+    async with open_store(uri) as store, watch_live_bookies(store) as changes:
+        with trio.move_on_after(max_wait):
+            async for bookies in changes:
+                live = set(bookies)
+                if bookie_ids <= live:
+                    return
+    missing = sorted(bookie_ids - live)
+    raise ClusterError(f"not registered in {uri} after {max_wait:g} s: {missing}")
+
+
+def start_cluster(
+    root: Path,
+    bookies: int,
+    metadata: str | None,
+    settings: list[str],
+    scrape_interval: str = "5s",
+) -> tuple[list[LocalBookie], dict[str, Any]]:
+    """Start ``bookies`` bookie processes under ``root``, wait until each serves and is
+    registered, and write ``cluster.json`` and the scrape config. The processes stay
+    children of the caller (see :func:`detach`)."""
+    root.mkdir(parents=True, exist_ok=True)
+    if (root / STATE_FILE).exists():
+        state = read_state(root)
+        running = [b["name"] for b in state["bookies"] if pid_alive(b["pid"])]
+        if running:
+            raise ClusterError(f"a cluster is already running in {root}: {', '.join(running)}")
+    uri = metadata or default_metadata_uri(root)
+    started: list[LocalBookie] = []
+    try:
+        for n in range(1, bookies + 1):
+            bookie_root = root / f"bookie-{n}"
+            extra = [f"metadataServiceUri={uri}", *settings]
+            started.append(
+                spawn_bookie(f"bookie-{n}", bookie_root, bookie_settings(bookie_root, *extra))
+            )
+        wait_ready(started, START_TIMEOUT)
+        ids = {f"{HOST}:{b.bookie_port}" for b in started}
+        trio.run(wait_registered, uri, ids, REGISTRATION_TIMEOUT)
+    except BaseException:
+        stop_bookies(started, STOP_TIMEOUT)
+        raise
+    state = {
+        "metadata": uri,
+        "bookies": [
+            {
+                "name": b.name,
+                "pid": b.proc.pid,
+                "bookieId": f"{HOST}:{b.bookie_port}",
+                "bookiePort": b.bookie_port,
+                "httpServerPort": b.http_port,
+                "dir": str(b.root),
+                "log": str(b.log_path),
+            }
+            for b in started
+        ],
+        "scrapeConfig": str(root / SCRAPE_FILE),
+        "prometheus": None,
+    }
+    (root / SCRAPE_FILE).write_text(scrape_config([b.http_port for b in started], scrape_interval))
+    (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    return started, state
+
+
+def detach(bookies: list[LocalBookie]) -> None:
+    """Leave the bookies running past this process: ``cluster down`` stops them by pid."""
+    for bookie in bookies:
+        if bookie.proc.stdout is not None:
+            bookie.proc.stdout.close()  # the ready line was the only thing it prints there
+        # Popen would otherwise warn that its child is still running when it goes away.
+        bookie.proc.returncode = 0
+
+
+def cluster_up(
+    root: Path,
+    bookies: int,
+    metadata: str | None,
+    settings: list[str],
+    *,
+    prometheus: bool = False,
+    scrape_interval: str = "5s",
+) -> dict[str, Any]:
+    """Start the bookies (see :func:`start_cluster`) and, with ``prometheus``, a Prometheus
+    scraping them; ``state["prometheusError"]`` says why none runs when one was asked for."""
+    started, state = start_cluster(root, bookies, metadata, settings, scrape_interval)
+    detach(started)
+    if prometheus:
+        try:
+            server = start_prometheus(root, root / SCRAPE_FILE)
+        except PrometheusError as exc:
+            state["prometheusError"] = str(exc)
+        else:
+            state["prometheus"] = server.to_json()
+        (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    return state
+
+
+def bookie_status(bookie: dict[str, Any], registered: set[str] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": bookie["name"],
+        "bookieId": bookie["bookieId"],
+        "pid": bookie["pid"],
+        "bookiePort": bookie["bookiePort"],
+        "httpServerPort": bookie["httpServerPort"],
+        "state": "stopped",
+        "activeLogs": None,
+        "leastUnflushedLogId": None,
+        "registered": None if registered is None else bookie["bookieId"] in registered,
+    }
+    if not pid_alive(bookie["pid"]):
+        return row
+    url = f"http://{HOST}:{bookie['httpServerPort']}/api/v1/bookie/info"
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
+            info = json.loads(response.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        row["state"] = "unresponsive"
+        return row
+    row["state"] = info.get("state", "writable")
+    row["activeLogs"] = info.get("activeLogs")
+    row["leastUnflushedLogId"] = info.get("leastUnflushedLogId")
+    return row
+
+
+async def registered_ids(uri: str) -> set[str] | None:
+    from bookiesim.metadata import open_store
+    from bookiesim.metadata.errors import MetadataError
+    from bookiesim.metadata.registration import live_bookies
+
+    try:
+        with trio.fail_after(5):
+            async with open_store(uri) as store:
+                return set(await live_bookies(store))
+    except (MetadataError, OSError, trio.TooSlowError):
+        return None
+
+
+def cluster_status(root: Path) -> dict[str, Any]:
+    state = read_state(root)
+    registered = trio.run(registered_ids, state["metadata"])
+    prometheus = state.get("prometheus")
+    if prometheus is not None:
+        prometheus = dict(prometheus, running=pid_alive(prometheus["pid"]))
+    return {
+        "dir": str(root),
+        "metadata": state["metadata"],
+        "prometheus": prometheus,
+        "bookies": [bookie_status(b, registered) for b in state["bookies"]],
+    }
+
+
+def cluster_down(root: Path, timeout: float = STOP_TIMEOUT) -> list[tuple[str, str]]:
+    state = read_state(root)
+    outcomes: list[tuple[str, str]] = []
+    pids = {b["name"]: b["pid"] for b in state["bookies"]}
+    for pid in pids.values():
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for name, pid in pids.items():
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            outcomes.append((name, f"killed (SIGKILL after {timeout:g} s)"))
+        else:
+            outcomes.append((name, "stopped"))
+    if state.get("prometheus"):
+        outcome = stop_prometheus(state["prometheus"]["pid"], timeout)
+        outcomes.append(("prometheus", "stopped" if outcome == "not running" else outcome))
+    return outcomes

@@ -1,0 +1,229 @@
+"""Local bookie processes: start them, wait for their ready lines, stop them.
+
+Shared by ``bookiesim demo`` and ``bookiesim cluster``. Each bookie is a ``bookiesim bookie``
+child in its own session (a Ctrl-C at the terminal reaches only the parent, which then stops
+its bookies, or — for ``cluster up`` — leaves them running on purpose), with its stderr in
+``<root>/bookie.log``. Every wait has a timeout and every failure is one
+:class:`ClusterError` whose message says which bookie, what happened and where its log is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bookiesim.bookie import exit_codes
+
+HOST = "127.0.0.1"
+
+
+class ClusterError(Exception):
+    """Something went wrong; the message says what, for the user."""
+
+
+@dataclass
+class LocalBookie:
+    """One ``bookiesim bookie`` child process."""
+
+    name: str
+    root: Path
+    proc: subprocess.Popen[bytes]
+    bookie_port: int = 0
+    http_port: int = 0
+    exit_code: int | None = None
+    """Popen's return code once stopped (negative: killed by that signal)."""
+    killed: bool = False
+    """True when it ignored SIGTERM for the whole stop timeout and got SIGKILL."""
+    _pending: bytes = field(default=b"", repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "bookie.log"
+
+    @property
+    def ledgers_dir(self) -> Path:
+        return self.root / "ledgers"
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.root / "journal"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.admin_url}/metrics"
+
+    @property
+    def info_url(self) -> str:
+        return f"{self.admin_url}/api/v1/bookie/info"
+
+    @property
+    def state_url(self) -> str:
+        return f"{self.admin_url}/api/v1/bookie/state"
+
+    def describe(self) -> str:
+        """``pid N, running`` or ``pid N, exited with code C; log: PATH``."""
+        code = self.proc.poll()
+        if code is None:
+            return f"pid {self.proc.pid}, running"
+        return f"pid {self.proc.pid}, {exit_description(code)}; log: {self.log_path}"
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A killed child of ours that nobody reaped yet is a zombie: not alive for us.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def bookie_settings(root: Path, *extra: str, flush_interval_ms: int = 10_000) -> list[str]:
+    """``--set`` values for one local bookie under ``root`` (``extra`` ones win)."""
+    return [
+        "bookiePort=0",
+        "httpServerPort=0",
+        f"bookieAddress={HOST}",
+        f"httpServerHost={HOST}",
+        f"journalDirectory={root / 'journal'}",
+        f"ledgerDirectories={root / 'ledgers'}",
+        "entryLogPerLedgerEnabled=true",
+        f"flushInterval={flush_interval_ms}",
+        "journalPreAllocSizeMB=1",
+        *extra,
+    ]
+
+
+def spawn_bookie(name: str, root: Path, settings: Sequence[str]) -> LocalBookie:
+    """Start ``bookiesim bookie`` in its own session (a Ctrl-C reaches only the demo, which
+    then stops its bookies); stdout is a pipe for the ready line, stderr goes to a log file."""
+    root.mkdir(parents=True)
+    args = [sys.executable, "-m", "bookiesim", "bookie"]
+    for setting in settings:
+        args += ["--set", setting]
+    with (root / "bookie.log").open("wb") as log_file:
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ClusterError(f"{name}: could not start {args[0]}: {exc}") from exc
+    return LocalBookie(name, root, proc)
+
+
+def wait_ready(bookies: Sequence[LocalBookie], timeout: float) -> None:
+    """Read every bookie's JSON ready line, all at once, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    waiting: dict[int, LocalBookie] = {}
+    with selectors.DefaultSelector() as selector:
+        for bookie in bookies:
+            assert bookie.proc.stdout is not None
+            fd = bookie.proc.stdout.fileno()
+            waiting[fd] = bookie
+            selector.register(fd, selectors.EVENT_READ)
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                late = next(iter(waiting.values()))
+                raise ClusterError(
+                    f"{late.name} did not report ready within {timeout:.0f} s "
+                    f"(log: {late.log_path}){_tail(late)}"
+                )
+            for key, _ in selector.select(remaining):
+                fd = int(key.fd)
+                bookie = waiting[fd]
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    raise ClusterError(_died_message(bookie))
+                bookie._pending += chunk
+                if b"\n" in bookie._pending:
+                    line = bookie._pending.split(b"\n", 1)[0]
+                    _parse_ready(bookie, line)
+                    selector.unregister(fd)
+                    del waiting[fd]
+
+
+def _parse_ready(bookie: LocalBookie, line: bytes) -> None:
+    try:
+        ready = json.loads(line)
+        bookie.bookie_port = int(ready["bookiePort"])
+        bookie.http_port = int(ready["httpServerPort"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(
+            f"{bookie.name}: unexpected ready line {line[:200]!r} ({exc}){_tail(bookie)}"
+        ) from exc
+
+
+def exit_description(code: int) -> str:
+    """``exited with code 2 (bad configuration)`` or ``killed by SIGKILL`` for a Popen
+    return code of a bookie."""
+    if code >= 0:
+        meaning = exit_codes.MEANINGS.get(code)
+        return f"exited with code {code}" + (f" ({meaning})" if meaning else "")
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _died_message(bookie: LocalBookie) -> str:
+    try:
+        how = exit_description(bookie.proc.wait(timeout=5))
+    except subprocess.TimeoutExpired:
+        how = "closed its stdout"
+    return f"{bookie.name} {how} before it was ready; its log is {bookie.log_path}{_tail(bookie)}"
+
+
+def _tail(bookie: LocalBookie) -> str:
+    tail = bookie.log_tail()
+    return f"\nlast lines of its log:\n{tail}" if tail else ""
+
+
+def stop_bookies(bookies: Sequence[LocalBookie], timeout: float) -> None:
+    """SIGTERM every running bookie, then wait for all of them; SIGKILL after ``timeout``."""
+    for bookie in bookies:
+        if bookie.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # exited in between
+                bookie.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for bookie in bookies:
+        try:
+            bookie.exit_code = bookie.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            bookie.proc.kill()
+            bookie.proc.wait()
+            bookie.killed = True
+        if bookie.proc.stdout is not None:
+            bookie.proc.stdout.close()

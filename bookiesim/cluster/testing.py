@@ -1,0 +1,208 @@
+"""Helpers to run bookies in-process, for tests and experiments (like ``trio.testing``).
+
+::
+
+    async with running_bookie(bookie_config(tmp_path)) as service:
+        async with bookie_client(service) as client:
+            await client.add(ledger_id=1, entry_id=0, payload=b"hello")
+
+Everything listens on 127.0.0.1 with free ports; directories live under the given path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie.process import BookieService
+from bookiesim.client.bookie_connection import BookieConnection, connect
+from bookiesim.client.digest import DigestManager, DigestType, master_key
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+
+def bookie_config(root: Path, **overrides: object) -> BookieConfig:
+    """A config for a test bookie under ``root``: free ports, small journal preallocation."""
+    base = BookieConfig.from_mapping(
+        {
+            "bookiePort": 0,
+            "httpServerPort": 0,
+            "journalDirectory": str(root / "journal"),
+            "ledgerDirectories": str(root / "ledgers"),
+            "journalPreAllocSizeMB": 1,
+        }
+    )
+    return base.replace(**overrides) if overrides else base
+
+
+@asynccontextmanager
+async def running_bookie(cfg: BookieConfig) -> AsyncIterator[BookieService]:
+    """Run a bookie for the duration of the block; leaving it stops the bookie cleanly."""
+    service = BookieService(cfg)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        try:
+            yield service
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+class BookieTestClient:
+    """A v3 connection plus entry packaging: the smallest client a test needs."""
+
+    def __init__(
+        self,
+        conn: BookieConnection,
+        password: bytes = b"",
+        digest_type: DigestType = DigestType.CRC32C,
+    ) -> None:
+        self.conn = conn
+        self.password = password
+        self.digest_type = digest_type
+        self.key = master_key(password)
+        self._lengths: dict[int, int] = {}
+
+    def digest(self, ledger_id: int) -> DigestManager:
+        return DigestManager(ledger_id, self.password, self.digest_type)
+
+    def request(self, operation: pb.OperationType.ValueType, **fields: object) -> pb.Request:
+        header = self.conn.header(operation, self.conn.next_txn_id())
+        return pb.Request(header=header, **fields)  # type: ignore[arg-type]
+
+    async def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        payload: bytes,
+        *,
+        lac: int = -1,
+        key: bytes | None = None,
+        recovery: bool = False,
+        write_flags: int | None = None,
+        length: int | None = None,
+    ) -> pb.Response:
+        """Add one entry; ``length`` is the ledger's total length including this payload
+        (defaults to the sum of payloads this client has added to the ledger)."""
+        if length is None:
+            length = self._lengths.get(ledger_id, 0) + len(payload)
+        self._lengths[ledger_id] = length
+        body = self.digest(ledger_id).package(entry_id, lac, length, payload)
+        add = pb.AddRequest(
+            ledgerId=ledger_id,
+            entryId=entry_id,
+            masterKey=self.key if key is None else key,
+            body=body,
+        )
+        if recovery:
+            add.flag = pb.AddRequest.RECOVERY_ADD
+        if write_flags is not None:
+            add.writeFlags = write_flags
+        return await self.conn.call(self.request(pb.ADD_ENTRY, addRequest=add))
+
+    async def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        key: bytes | None = None,
+        previous_lac: int | None = None,
+        timeout_ms: int | None = None,
+        piggyback: bool = False,
+    ) -> pb.Response:
+        read = pb.ReadRequest(ledgerId=ledger_id, entryId=entry_id)
+        if fence:
+            read.flag = pb.ReadRequest.FENCE_LEDGER
+            read.masterKey = self.key if key is None else key
+        elif piggyback:
+            read.flag = pb.ReadRequest.ENTRY_PIGGYBACK
+        if previous_lac is not None:
+            read.previousLAC = previous_lac
+        if timeout_ms is not None:
+            read.timeOut = timeout_ms
+        return await self.conn.call(self.request(pb.READ_ENTRY, readRequest=read))
+
+    async def write_close(self, ledger_id: int, key: bytes | None = None) -> pb.Response:
+        wc = pb.WriteCloseRequest(ledgerId=ledger_id, masterKey=self.key if key is None else key)
+        return await self.conn.call(self.request(pb.WRITE_CLOSE, writeCloseRequest=wc))
+
+
+@asynccontextmanager
+async def bookie_client(
+    service: BookieService, password: bytes = b""
+) -> AsyncIterator[BookieTestClient]:
+    address = service.address
+    assert address is not None, "bookie is not serving yet"
+    async with connect(address.host, address.bookie_port) as conn:
+        yield BookieTestClient(conn, password)
+
+
+@dataclass
+class BookieProcessHandle:
+    """A ``bookiesim bookie`` child process and the ports from its ready line."""
+
+    proc: subprocess.Popen[str]
+    bookie_port: int
+    http_port: int
+
+    def kill9(self) -> None:
+        """SIGKILL: no final checkpoint, no flushed buffers — a crash."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait; returns the exit code (0 for a clean stop)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+@contextmanager
+def announced_process(args: list[str], name: str) -> Iterator[tuple[subprocess.Popen[str], Any]]:
+    """Run ``args`` as a child whose first stdout line is a JSON ready announcement; yield
+    the process and that announcement. The child is killed on leaving the block if it is
+    still running; ``name`` says who it was in the error if it exits before it is ready."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{name} exited with {proc.wait()} before it was ready")
+        yield proc, json.loads(line)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@contextmanager
+def bookie_process(root: Path, *settings: str) -> Iterator[BookieProcessHandle]:
+    """Run ``bookiesim bookie`` as a child process with its dirs under ``root``.
+
+    ``settings`` are extra ``key=value`` configuration overrides. The process is killed on
+    leaving the block if it is still running.
+    """
+    args = [sys.executable, "-m", "bookiesim", "bookie"]
+    base = (
+        "bookiePort=0",
+        "httpServerPort=0",
+        f"journalDirectory={root / 'journal'}",
+        f"ledgerDirectories={root / 'ledgers'}",
+        "journalPreAllocSizeMB=1",
+    )
+    for setting in (*base, *settings):
+        args += ["--set", setting]
+    with announced_process(args, "bookie") as (proc, ready):
+        yield BookieProcessHandle(proc, int(ready["bookiePort"]), int(ready["httpServerPort"]))

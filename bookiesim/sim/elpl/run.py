@@ -1,0 +1,331 @@
+"""One run of the ELPL experiment: a cluster in this trio run, the workload through the real
+client, the bookies' real GC, samples over time.
+
+Each run gets a fresh cluster (:func:`~bookiesim.cluster.in_process.running_cluster`) under its
+own directory. Bookies started that way have no ``metadataServiceUri``, so their GC is given
+the cluster's store as its ledger source here, as a bookie process does for itself. Under
+virtual time the store is a :class:`~bookiesim.metadata.memory_store.MemoryStore`: SQLite
+works in threads, and a thread at work makes the autojumping clock leap (see that module).
+
+Write-close off means the bookies do not advertise it in their registration, so the client
+does not send it — exactly what a client sees with bookies that do not know the operation.
+With ``upstreamBehaviour`` the bookies advertise nothing either (as a bookie process would
+register itself).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bookiesim.bookie.config import CONFIG_KEYS, BookieConfig
+from bookiesim.client.bookkeeper import BookKeeper, ClientConfig
+from bookiesim.client.digest import DigestManager, DigestType
+from bookiesim.cluster.in_process import LocalCluster, running_cluster
+from bookiesim.metadata.ledgers import LedgerManager
+from bookiesim.metadata.memory_store import MemoryStore
+from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE
+from bookiesim.sim.elpl.probes import (
+    GcObserver,
+    ReclaimTracker,
+    ledger_log_ids,
+    probe_bookie,
+)
+from bookiesim.sim.elpl.workload import (
+    ClusterShape,
+    LedgerKind,
+    LedgerPlan,
+    WorkloadSpec,
+)
+
+__all__ = [
+    "RunResult",
+    "RunSpec",
+    "Sample",
+    "config_of",
+    "run_experiment_run",
+    "settings_to_overrides",
+]
+
+_ATTR_OF_KEY = {spec.key: spec.attr for spec in CONFIG_KEYS}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the experiment's matrix."""
+
+    per_ledger: bool
+    write_close: bool
+    upstream: bool = False
+
+    @property
+    def name(self) -> str:
+        if not self.per_ledger:
+            return "interleaved" + (" (upstream)" if self.upstream else "")
+        if self.upstream:
+            return "per-ledger, upstream"
+        return f"per-ledger, write-close {'on' if self.write_close else 'off'}"
+
+    @property
+    def slug(self) -> str:
+        mode = "per-ledger" if self.per_ledger else "interleaved"
+        wc = "wc-on" if self.write_close else "wc-off"
+        return f"{mode}-{'upstream' if self.upstream else wc}"
+
+    @property
+    def sends_write_close(self) -> bool:
+        return self.write_close and not self.upstream
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Cluster-wide figures at ``t`` seconds into the run (sums over bookies unless said)."""
+
+    t: float
+    open_log_files: int
+    active_logs: int
+    lag: int
+    """Largest over bookies of newest log id + 1 - leastUnflushedLogId."""
+    disk_bytes: int
+    live_bytes: int
+    written_bytes: int
+    reclaimed_bytes: int
+    copied_bytes: int
+    awaiting_reclaim: int
+    slow_pins_pointer: bool | None
+    """Every slow ledger's active log is at or above leastUnflushedLogId on every bookie
+    holding it, i.e. the pointer cannot pass it; None before the slow ledgers exist, and
+    in interleaved mode (the pointer always sits at the one shared log)."""
+
+
+@dataclass
+class RunResult:
+    run: RunSpec
+    samples: list[Sample] = field(default_factory=list)
+    reclaims: list[tuple[int, float, float | None]] = field(default_factory=list)
+    """(ledger id, deleted at, delete-to-reclaim seconds or None)."""
+    gc_passes: int = 0
+    max_gc_pass_seconds: float = 0.0
+    reclaimed_by_deletion: int = 0
+    reclaimed_by_compaction: int = 0
+    copied_bytes: int = 0
+    copied_entries: int = 0
+    written_bytes: int = 0
+    live_bytes: int = 0
+    gc_reclaim_delays: list[float] = field(default_factory=list)
+    rotations: dict[str, int] = field(default_factory=dict)
+    write_closes_sent: int = 0
+    wall_seconds: float = 0.0
+
+
+def config_of(settings: Mapping[str, object]) -> BookieConfig:
+    """A bookie configuration with ``settings`` (upstream keys), validated and coerced as a
+    configuration file's would be (directories are placeholders)."""
+    return BookieConfig.from_mapping(
+        {"journalDirectory": "/nonexistent", "ledgerDirectories": "/nonexistent", **settings}
+    )
+
+
+def settings_to_overrides(settings: Mapping[str, object]) -> dict[str, object]:
+    """Bookie settings by upstream key (``gcWaitTime``) -> ``BookieConfig.replace`` names."""
+    cfg = config_of(settings)
+    return {_ATTR_OF_KEY[key]: getattr(cfg, _ATTR_OF_KEY[key]) for key in settings}
+
+
+def _entry_overhead(digest: DigestType) -> int:
+    """Bytes an entry takes in an entry log beyond its payload: size field + digest header."""
+    return 4 + len(DigestManager(1, b"", digest).package(0, -1, 1, b"x")) - 1
+
+
+class _Recorder:
+    """Accounting shared by the ledger tasks, the sampler and the GC observers."""
+
+    def __init__(
+        self, cluster: LocalCluster, shape: ClusterShape, t0: float, *, per_ledger: bool
+    ) -> None:
+        self.cluster = cluster
+        self.per_ledger = per_ledger
+        self.shape = shape
+        self.t0 = t0
+        self.overhead = _entry_overhead(DigestType.CRC32C)
+        self.written = 0
+        self.live = 0
+        self.ledger_bytes: dict[int, int] = {}
+        self.slow_ledgers: set[int] = set()
+        self.tracker = ReclaimTracker()
+        self.observers: dict[str, GcObserver] = {}
+
+    def now(self) -> float:
+        return trio.current_time() - self.t0
+
+    def attach_gc(self) -> None:
+        for bookie_id in self.cluster.running_ids():
+            gc = self.cluster.service(bookie_id).bookie.gc
+            gc.ledger_source = LedgerManager(self.cluster.store)
+            observer = GcObserver(gc.metrics, self._pass_callback(bookie_id))
+            gc.metrics = observer
+            self.observers[bookie_id] = observer
+
+    def _pass_callback(self, bookie_id: str) -> Callable[[], None]:
+        def done() -> None:
+            logger = self.cluster.service(bookie_id).bookie.storage.entry_logger
+            self.tracker.pass_done(bookie_id, set(logger.log_ids()), self.now())
+
+        return done
+
+    def added(self, ledger_id: int, size: int) -> None:
+        stored = (size + self.overhead) * self.shape.write_quorum
+        self.written += stored
+        self.live += stored
+        self.ledger_bytes[ledger_id] = self.ledger_bytes.get(ledger_id, 0) + stored
+
+    def holdings(self, ledger_id: int) -> dict[str, set[int]]:
+        return {
+            b: ledger_log_ids(self.cluster.service(b).bookie, ledger_id)
+            for b in self.cluster.running_ids()
+        }
+
+    def deleted(self, ledger_id: int, holdings: dict[str, set[int]]) -> None:
+        self.live -= self.ledger_bytes.pop(ledger_id, 0)
+        self.tracker.deleted(ledger_id, self.now(), holdings)
+
+    def sample(self) -> Sample:
+        probes = {
+            b: probe_bookie(self.cluster.service(b).bookie) for b in self.cluster.running_ids()
+        }
+        return Sample(
+            t=self.now(),
+            open_log_files=sum(p.open_log_files for p in probes.values()),
+            active_logs=sum(p.active_logs for p in probes.values()),
+            lag=max((p.lag for p in probes.values()), default=0),
+            disk_bytes=sum(p.disk_bytes for p in probes.values()),
+            live_bytes=self.live,
+            written_bytes=self.written,
+            reclaimed_bytes=sum(
+                o.reclaimed_by_deletion + o.reclaimed_by_compaction for o in self.observers.values()
+            ),
+            copied_bytes=sum(o.copied_bytes for o in self.observers.values()),
+            awaiting_reclaim=self.tracker.awaiting,
+            slow_pins_pointer=self._slow_pins_pointer(),
+        )
+
+    def _slow_pins_pointer(self) -> bool | None:
+        if not self.slow_ledgers or not self.per_ledger:
+            return None
+        for bookie_id in self.cluster.running_ids():
+            storage = self.cluster.service(bookie_id).bookie.storage
+            logger = storage.entry_logger
+            for ledger_id in self.slow_ledgers:
+                if not storage.ledger_exists(ledger_id):
+                    continue  # not written to this bookie (yet)
+                log_id = logger.current_log_id(ledger_id)
+                if log_id is None or log_id < logger.least_unflushed_log_id:
+                    return False
+        return True
+
+    def result(self, run: RunSpec, samples: list[Sample], wall: float) -> RunResult:
+        observers = list(self.observers.values())
+        rotations: dict[str, int] = {}
+        for bookie_id in self.cluster.running_ids():
+            logger = self.cluster.service(bookie_id).bookie.storage.entry_logger
+            for reason, n in logger.rotations.items():
+                rotations[reason.value] = rotations.get(reason.value, 0) + n
+        return RunResult(
+            run=run,
+            samples=samples,
+            reclaims=[(r.ledger_id, r.deleted_at, r.delay) for r in self.tracker.all_records()],
+            gc_passes=sum(o.passes for o in observers),
+            max_gc_pass_seconds=max((o.max_pass_seconds for o in observers), default=0.0),
+            reclaimed_by_deletion=sum(o.reclaimed_by_deletion for o in observers),
+            reclaimed_by_compaction=sum(o.reclaimed_by_compaction for o in observers),
+            copied_bytes=sum(o.copied_bytes for o in observers),
+            copied_entries=sum(o.copied_entries for o in observers),
+            written_bytes=self.written,
+            live_bytes=self.live,
+            gc_reclaim_delays=sorted(d for o in observers for d in o.gc_reclaim_delays),
+            rotations=rotations,
+            wall_seconds=wall,
+        )
+
+
+async def run_experiment_run(
+    run: RunSpec,
+    plans: list[LedgerPlan],
+    spec: WorkloadSpec,
+    shape: ClusterShape,
+    overrides: Mapping[str, object],
+    root: Path,
+    *,
+    seed: int,
+    virtual_time: bool,
+    progress: Callable[[float], None] = lambda t: None,
+) -> RunResult:
+    """Run the workload once against a fresh cluster under ``root``; see the module
+    docstring. ``progress`` gets the run's elapsed seconds at every sample."""
+    wall_start = time.perf_counter()
+    bookie_overrides: dict[str, Any] = {
+        **overrides,
+        "entry_log_per_ledger_enabled": run.per_ledger,
+        "upstream_behaviour": run.upstream,
+    }
+    features = frozenset({FEATURE_WRITE_CLOSE}) if run.sends_write_close else frozenset()
+    store = MemoryStore() if virtual_time else None
+    payload = os.urandom(spec.entry_size[1])
+    try:
+        async with running_cluster(
+            root, shape.bookies, features=features, overrides=bookie_overrides, store=store
+        ) as cluster:
+            recorder = _Recorder(cluster, shape, trio.current_time(), per_ledger=run.per_ledger)
+            recorder.attach_gc()
+            samples: list[Sample] = []
+
+            async def ledger_task(bk: BookKeeper, plan: LedgerPlan) -> None:
+                t0 = recorder.t0
+                await trio.sleep_until(t0 + plan.start)
+                lh = await bk.create_ledger(shape.ensemble, shape.write_quorum, shape.ack_quorum)
+                for at, size in zip(plan.entry_times, plan.entry_sizes, strict=True):
+                    await trio.sleep_until(t0 + at)
+                    await lh.add_entry(payload[:size])
+                    recorder.added(lh.ledger_id, size)
+                    if plan.kind is LedgerKind.SLOW:
+                        recorder.slow_ledgers.add(lh.ledger_id)
+                if plan.close_at is None:
+                    return
+                await lh.close()
+                if plan.delete_at is None:
+                    return
+                await trio.sleep_until(t0 + plan.delete_at)
+                # Where the entries are, read just before the delete: see probes.py.
+                holdings = recorder.holdings(lh.ledger_id)
+                await bk.delete_ledger(lh.ledger_id)
+                recorder.deleted(lh.ledger_id, holdings)
+
+            async def sampler() -> None:
+                while True:
+                    samples.append(recorder.sample())
+                    progress(recorder.now())
+                    await trio.sleep(spec.sample_interval)
+
+            client_config = ClientConfig(seed=seed)
+            async with BookKeeper(cluster.store, config=client_config) as bk:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sampler)
+                    for plan in plans:
+                        nursery.start_soon(ledger_task, bk, plan)
+                    await trio.sleep_until(recorder.t0 + spec.end)
+                    nursery.cancel_scope.cancel()
+                samples.append(recorder.sample())
+                progress(recorder.now())
+                sent = bk.stats.write_close_sent
+            result = recorder.result(run, samples, time.perf_counter() - wall_start)
+            result.write_closes_sent = sent
+            return result
+    finally:
+        if store is not None:
+            await store.close()

@@ -1,0 +1,312 @@
+"""The simulated cluster: real bookies on the simulated disk and network, one metadata store.
+
+Each :class:`SimBookie` runs the project's :class:`~bookiesim.bookie.bookie.Bookie` (journal,
+entry logs, index, checkpoints, GC) with its v3 request handling, but no TCP listener: the
+:class:`~bookiesim.sim.network.SimNetwork` hands it the bookie end of each connection
+and the bookie's own :meth:`~bookiesim.bookie.server.BookieServer.handle_connection` serves
+it. A bookie registers in the shared store as a bookie process does.
+
+:meth:`SimBookie.crash` is kill -9 with the page cache lost: connections reset at once (no
+answer leaves after the crash instant), the disk frozen (nothing the dying process does
+becomes durable), the tasks cancelled, then every file put back to its durable image
+(:mod:`.disk`). The registration lingers for a while, as an expiring session's would.
+:meth:`SimBookie.start` again is the restart: replay from the files, then serve.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import random
+from pathlib import Path
+
+import trio
+
+from bookiesim.bookie.blocking import disk_latency
+from bookiesim.bookie.bookie import Bookie
+from bookiesim.bookie.config import BookieConfig
+from bookiesim.bookie.errors import FencedError
+from bookiesim.bookie.handlers import RequestProcessor
+from bookiesim.bookie.journal_service import Completion
+from bookiesim.bookie.ledger_storage import EntryHeader, entry_header
+from bookiesim.bookie.server import BookieServer
+from bookiesim.metadata.errors import MetadataError, NodeExistsError
+from bookiesim.metadata.ledgers import LedgerManager
+from bookiesim.metadata.memory_store import MemoryStore
+from bookiesim.metadata.registration import (
+    FEATURE_WRITE_CLOSE,
+    BookieInfo,
+    available_path,
+    readonly_path,
+)
+from bookiesim.metadata.store import join_path
+from bookiesim.sim.disk import SimDisk
+from bookiesim.sim.history import History
+from bookiesim.sim.network import SimConnection, SimNetwork
+
+__all__ = ["SIM_BOOKIE_SETTINGS", "SimBookie", "SimCluster"]
+
+SIM_BOOKIE_SETTINGS: dict[str, object] = {
+    "journalSyncData": True,  # acknowledged means fsynced: what the crash model relies on
+    "journalPreAllocSizeMB": 1,
+    "journalMaxGroupWaitMSec": 2,
+    "flushInterval": 1000,
+    "gcWaitTime": 4000,
+    "minorCompactionInterval": 8,
+    "majorCompactionInterval": 20,
+    "compactionRateByEntries": 100000,
+    "entrylogMapAccessExpiryTimeInSeconds": 6,
+    "maximumNumberOfActiveEntryLogs": 4,
+    "entryLogMaxOpenReadFiles": 4,
+    "openFileLimit": 8,
+    "logSizeLimit": 64 * 1024,
+    "diskCheckInterval": 1000,
+}
+"""Small timers and caps, so a minute of virtual time rotates, flushes, evicts, collects
+and compacts many times."""
+
+
+class ObservedBookie(Bookie):
+    """The real bookie, with A1 checked on its add path: a ledger fenced before the add
+    must refuse a normal add."""
+
+    def __init__(self, cfg: BookieConfig, history: History, bookie_id: str) -> None:
+        super().__init__(cfg)
+        self.history = history
+        self.bookie_id = bookie_id
+
+    def add_entry(
+        self,
+        body: bytes,
+        master_key: bytes,
+        done: Completion,
+        *,
+        recovery: bool = False,
+        ack_before_sync: bool = False,
+        header: EntryHeader | None = None,
+    ) -> EntryHeader:
+        if header is None:
+            header = entry_header(body)
+        lid = header.ledger_id
+        fenced = self.storage.ledger_exists(lid) and self.storage.is_fenced(lid)
+        try:
+            result = super().add_entry(
+                body,
+                master_key,
+                done,
+                recovery=recovery,
+                ack_before_sync=ack_before_sync,
+                header=header,
+            )
+        except FencedError:
+            raise
+        if fenced and not recovery:
+            self.history.violation(
+                "A1", f"{self.bookie_id} accepted a normal add to fenced ledger {lid}"
+            )
+        return result
+
+
+class SimBookie:
+    """One bookie of the simulated cluster, across its crashes and restarts."""
+
+    def __init__(self, cluster: SimCluster, number: int, cfg: BookieConfig) -> None:
+        self.cluster = cluster
+        self.name = f"bookie{number}"
+        self.bookie_id = f"10.0.0.{number}:3181"
+        self.root = Path(cfg.ledger_directories[0]).parent
+        self.cfg = cfg
+        self.faults = cluster.disk.add_root(self.root)
+        self.bookie: ObservedBookie | None = None
+        self.incarnation = 0
+        self.crashes = 0
+        self._scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+        self._crashing = False
+        self.refused_start = False
+        """The last start failed because the disk was full (see :meth:`start`)."""
+
+    @property
+    def up(self) -> bool:
+        return self.bookie is not None
+
+    async def start(self) -> bool:
+        """Start (or restart) the bookie; False if it failed to (recorded as a violation)."""
+        if self.up:
+            return True
+        self.incarnation += 1
+        self.refused_start = False
+        try:
+            await self.cluster.nursery.start(self._run)
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and self.faults.full:
+                # A bookie cannot start on a full disk (its journal needs a new file), nor can
+                # upstream's; it is down, as after a crash, not broken. The end of the fault
+                # starts it again, as a supervisor would; START stays for any other failure.
+                self.refused_start = True
+                self.cluster.history.trace(f"{self.name} cannot start: disk full ({exc})")
+                return False
+            self.cluster.history.violation("START", f"{self.name} could not start: {exc!r}")
+            return False
+        await self._register()
+        return True
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        disk_latency.set(self.faults.current_latency)
+        self._stopped = trio.Event()
+        self._crashing = False
+        scope = self._scope = trio.CancelScope()
+        history = self.cluster.history
+        started = False
+        try:
+            with scope:
+                bookie = ObservedBookie(self.cfg, history, self.bookie_id)
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(bookie.run)
+                    bookie.gc.ledger_source = LedgerManager(self.cluster.store)
+                    self._nursery = nursery
+                    self._server = BookieServer(
+                        RequestProcessor(bookie), max_frame_size=self.cfg.netty_max_frame_size_bytes
+                    )
+                    self.bookie = bookie
+                    self.cluster.net.acceptors[self.bookie_id] = self._accept
+                    nursery.start_soon(self._follow_read_only, bookie)
+                    started = True
+                    task_status.started()
+        except Exception as exc:
+            if not started:
+                raise
+            if not self._crashing:
+                # A bookie that dies by itself is a finding, whatever the invariants say.
+                history.violation("BOOKIE", f"{self.name} failed: {exc!r}")
+        finally:
+            self.bookie = None
+            self._nursery = None
+            self.cluster.net.acceptors[self.bookie_id] = None
+            self._stopped.set()
+
+    def _accept(self, conn: SimConnection) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._serve, conn)
+
+    async def _serve(self, conn: SimConnection) -> None:
+        disk_latency.set(self.faults.current_latency)
+        await self._server.handle_connection(conn.bookie_end)
+
+    def _info(self) -> BookieInfo:
+        return BookieInfo(
+            self.bookie_id,
+            host=self.bookie_id.split(":")[0],
+            port=3181,
+            http_port=None,
+            features=frozenset({FEATURE_WRITE_CLOSE}),
+        )
+
+    async def _register(self) -> None:
+        """Register as writable, as a (re)started bookie process does; a read-only node left
+        by the previous incarnation goes."""
+        await self._move_registration(self._writable_node, self._read_only_node)
+
+    async def _follow_read_only(self, bookie: Bookie) -> None:
+        """Once the bookie's journal or storage fails, move its registration under
+        ``available/readonly``, as the bookie process does
+        (:meth:`~bookiesim.metadata.registration.BookieRegistration.set_read_only`): clients
+        then stop choosing it for ensembles, instead of replacing it and choosing it again."""
+        await bookie.read_only.wait()
+        await self._move_registration(self._read_only_node, self._writable_node)
+        self.cluster.history.trace(f"{self.name} registered read-only ({bookie.failure})")
+
+    async def _move_registration(self, to: str, away_from: str) -> None:
+        """Create the node ``to`` first, then delete ``away_from``: the bookie is never
+        unregistered in between."""
+        store = self.cluster.store
+        # NodeExistsError: the previous incarnation's registration has not expired yet.
+        with contextlib.suppress(NodeExistsError):
+            await store.create(
+                to, self._info().to_service_info(), ephemeral=True, make_parents=True
+            )
+        with contextlib.suppress(MetadataError):
+            await store.delete(away_from)
+
+    @property
+    def _writable_node(self) -> str:
+        return join_path(available_path(self.cluster.store.ledgers_root), self.bookie_id)
+
+    @property
+    def _read_only_node(self) -> str:
+        return join_path(readonly_path(self.cluster.store.ledgers_root), self.bookie_id)
+
+    async def crash(self, stale: float) -> None:
+        """kill -9 and a lost page cache (module docstring); the registration goes after
+        ``stale`` seconds unless the bookie is back by then."""
+        if not self.up or self._scope is None:
+            return
+        self.crashes += 1
+        self._crashing = True
+        self.cluster.net.acceptors[self.bookie_id] = None
+        self.cluster.net.reset_bookie(self.bookie_id)
+        self.faults.frozen = True
+        self._scope.cancel()
+        await self._stopped.wait()
+        restored, removed = self.cluster.disk.crash(self.root)
+        self.faults.frozen = False
+        self.cluster.history.trace(
+            f"{self.name} crashed: {restored} files back to their synced content, "
+            f"{removed} never-synced files gone"
+        )
+        self.cluster.nursery.start_soon(self._expire_registration, stale, self.incarnation)
+
+    async def _expire_registration(self, stale: float, incarnation: int) -> None:
+        await trio.sleep(stale)
+        if self.incarnation != incarnation or self.up:
+            return
+        for node in (self._writable_node, self._read_only_node):
+            with contextlib.suppress(MetadataError):
+                await self.cluster.store.delete(node)
+
+
+class SimCluster:
+    """Bookies, store, disk and network of one run."""
+
+    def __init__(
+        self,
+        root: Path,
+        bookies: int,
+        history: History,
+        net_rng: random.Random,
+        nursery: trio.Nursery,
+        *,
+        disk: SimDisk,
+        overrides: dict[str, object] | None = None,
+    ) -> None:
+        self.root = root
+        self.history = history
+        self.nursery = nursery
+        self.store = MemoryStore("memory:simulation")
+        self.disk = disk
+        self.net = SimNetwork(net_rng)
+        self.net.observers.append(history.observe_frame)
+        settings = {**SIM_BOOKIE_SETTINGS, **(overrides or {})}
+        self.bookies: dict[str, SimBookie] = {}
+        for n in range(1, bookies + 1):
+            broot = root / f"bookie{n}"
+            cfg = BookieConfig.from_mapping(
+                {
+                    **settings,
+                    "journalDirectory": str(broot / "journal"),
+                    "ledgerDirectories": str(broot / "ledgers"),
+                }
+            )
+            sb = SimBookie(self, n, cfg)
+            self.bookies[sb.bookie_id] = sb
+
+    def by_name(self, name: str) -> SimBookie:
+        for sb in self.bookies.values():
+            if sb.name == name:
+                return sb
+        raise KeyError(name)
+
+    async def start(self) -> None:
+        for sb in self.bookies.values():
+            await sb.start()

@@ -1,0 +1,1 @@
+"""Tests of ``bookiesim.bench``: the benchmarks, at small sizes."""

@@ -1,0 +1,1 @@
+"""Tests of ``bookiesim.cli``: the command line."""

@@ -1,0 +1,73 @@
+"""``bookiesim cluster up|status|down``: bookies outlive the command, register themselves,
+are reported truthfully, and stop cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from bookiesim.cli.main import main
+from bookiesim.cluster.processes import exit_description, pid_alive
+
+
+def status(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    assert main(["cluster", "status", "--dir", str(root), "--json"]) == 0
+    doc: dict[str, object] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "c"
+    assert main(["cluster", "up", "--dir", str(root), "--bookies", "2", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    pids = [b["pid"] for b in state["bookies"]]
+    try:
+        assert all(pid_alive(pid) for pid in pids)
+        scrape = (root / "prometheus.yml").read_text()
+        for bookie in state["bookies"]:
+            assert f"127.0.0.1:{bookie['httpServerPort']}" in scrape
+
+        doc = status(root, capsys)
+        rows = doc["bookies"]
+        assert isinstance(rows, list)
+        assert [row["state"] for row in rows] == ["writable", "writable"]
+        assert all(row["registered"] for row in rows)
+        assert doc["prometheus"] is None
+
+        # A second `up` in the same dir refuses instead of starting a second cluster.
+        assert main(["cluster", "up", "--dir", str(root), "--bookies", "1"]) == 1
+        assert "already running" in capsys.readouterr().out
+
+        # A bookie that dies is reported as stopped.
+        os.kill(pids[0], signal.SIGKILL)
+        doc = status(root, capsys)
+        rows = doc["bookies"]
+        assert isinstance(rows, list)
+        assert rows[0]["state"] == "stopped"
+        assert rows[1]["state"] == "writable"
+    finally:
+        main(["cluster", "down", "--dir", str(root)])
+        capsys.readouterr()
+    assert not any(pid_alive(pid) for pid in pids)
+    rows = status(root, capsys)["bookies"]
+    assert isinstance(rows, list)
+    assert all(row["state"] == "stopped" for row in rows)
+
+
+def test_status_without_a_cluster_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cluster", "status", "--dir", str(tmp_path)]) == 1
+    assert "cluster up" in capsys.readouterr().out
+
+
+def test_a_bookie_exit_code_is_told_with_its_meaning() -> None:
+    # What `demo` and `cluster up` print for a bookie (docs/bookie.md, exit codes).
+    assert exit_description(0) == "exited with code 0"
+    assert exit_description(2) == "exited with code 2 (bad configuration)"
+    assert "disk error" in exit_description(3)
+    assert exit_description(-signal.SIGKILL) == "killed by SIGKILL"

@@ -1,0 +1,124 @@
+"""``bookiesim demo`` end to end, with real bookie processes.
+
+Why: ``make demo`` is the first thing a newcomer runs. It must finish, show the metrics URLs
+and BP-32 at work (three write-close rotations per bookie), leave a file for ``bookiesim
+shell`` to read, and leave no process behind; when a bookie cannot start it must say so and
+exit 1 rather than hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from bookiesim.cli.main import main
+from bookiesim.cluster import control, processes
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line contains ``text`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_demo_writes_closes_checkpoints_and_stops(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["demo", "--dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+
+    # Step 1 reports each bookie's pid.
+    pids = {
+        name: int(pid) for name, pid in re.findall(r"(bookie-\d)\W+(\d+)\W+127\.0\.0\.1:\d+", out)
+    }
+    assert set(pids) == {"bookie-1", "bookie-2", "bookie-3"}, out
+
+    metrics = set(re.findall(r"http://127\.0\.0\.1:\d+/metrics", out))
+    assert len(metrics) == 3, out
+    assert "/api/v1/bookie/info" in out
+
+    rotations = dict(re.findall(r"(bookie-\d)\W.*write_close=(\d+)", out))
+    assert rotations == {"bookie-1": "3", "bookie-2": "3", "bookie-3": "3"}, out
+    assert out.count("rotated=3") == 3, out  # bookie_write_close_requests_total{outcome}
+
+    # The suggested readlog command names a log that exists.
+    logs = re.findall(r"shell readlog (\S+\.log)", out)
+    assert logs, out
+    assert Path(logs[0]).is_file()
+    assert Path(logs[0]).is_relative_to(tmp_path)
+
+    # Stopped cleanly: every exit code 0, nothing left running.
+    exits = dict(re.findall(r"(bookie-\d)\W+\d+\W+(\S+)\W*$", out, flags=re.MULTILINE))
+    assert exits == {"bookie-1": "0", "bookie-2": "0", "bookie-3": "0"}, out
+    assert not [pid for pid in pids.values() if _alive(pid)]
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
+def test_demo_bookie_that_cannot_start_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = processes.bookie_settings
+    monkeypatch.setattr(
+        control,
+        "bookie_settings",
+        lambda root, *extra: [*settings(root, *extra), "noSuchKey=1"],
+    )
+
+    code = main(["demo", "--dir", str(tmp_path)])
+    out = capsys.readouterr().out
+
+    assert code == 1
+    assert "before it was ready" in out
+    assert "unknown key 'noSuchKey'" in out  # the bookie's own message, from its log
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
+def test_demo_keep_running_leaves_a_cluster_the_ledger_command_can_use(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    root = tmp_path / "kept"
+    code = main(["demo", "--dir", str(root), "--keep-running"])
+    out = capsys.readouterr().out
+    try:
+        assert code == 0, out
+        assert f"cluster down --dir {root}" in out
+        assert main(["ledger", "list", "--cluster", str(root), "--json"]) == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [doc["state"] for doc in listed] == ["CLOSED"] * 3
+        assert all(doc["lastEntryId"] == 99 for doc in listed)
+        first = str(listed[0]["ledgerId"])
+        args = ["ledger", "read", first, "--cluster", str(root), "--json", "--from", "99"]
+        assert main([*args, "--password", "bookiesim-demo"]) == 0
+        assert json.loads(capsys.readouterr().out)["entryId"] == 99
+    finally:
+        assert main(["cluster", "down", "--dir", str(root)]) == 0
+    assert _processes_mentioning(str(root)) == []
+
+
+def test_demo_refuses_a_used_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "bookie-1").mkdir()
+
+    assert main(["demo", "--dir", str(tmp_path)]) == 1
+    assert "already exists" in capsys.readouterr().out
