@@ -1,10 +1,13 @@
-"""The bookie: handles, fencing, the add path, replay, checkpoints and timers.
+"""The bookie (upstream's BookieImpl): wiring of its components, its loops and the add path.
 
-Upstream splits this across BookieImpl, HandleFactoryImpl, LedgerDescriptorImpl and
-SyncThread (reference §6, §7); here it is one class over three narrow collaborators:
+The components sit in their own modules, named as upstream names them (reference §6, §7):
 :class:`~bookiesim.bookie.ledger_storage.LedgerStorage` (entry logs + index),
-:class:`~bookiesim.bookie.journal_service.JournalService` (durability) and the entry
-logger's rotation policy. Everything runs on one trio thread; only fsyncs leave it.
+:class:`~bookiesim.bookie.journal_service.JournalService` (durability),
+:class:`~bookiesim.bookie.handles.HandleFactory` (per-ledger descriptors, key checks and the
+fence state of :mod:`~bookiesim.bookie.ledger_state`),
+:class:`~bookiesim.bookie.checkpoint.SyncThread` (checkpoints) and
+:class:`~bookiesim.bookie.disk_monitor.LedgerDirsMonitor` (disk usage). Everything runs on one
+trio thread; only fsyncs leave it.
 
 Add path (§6.3): key check → fence check → storage (readable at once) → journal (master key
 record the first time this process sees the ledger, then the entry) → the caller's
@@ -12,29 +15,28 @@ completion runs after the journal's sync. A fencing read persists the fence bit,
 FENCE record and answers only once that record is durable, then rotates the ledger's log
 (BP-32: the writer is gone). Long-poll reads wait on a per-ledger event that every LAC
 advance and every fence replaces.
+
+Whoever must watch the add path (the simulator checks that no normal add lands on a fenced
+ledger) passes :data:`AddObserver` callbacks at construction instead of subclassing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
 from bookiesim.bookie import journal as journal_files
 from bookiesim.bookie.blocking import run_blocking
+from bookiesim.bookie.checkpoint import SyncThread
 from bookiesim.bookie.config import BookieConfig
-from bookiesim.bookie.errors import (
-    BookieError,
-    BookieIOError,
-    FencedError,
-    NoLedgerError,
-    UnauthorizedError,
-)
+from bookiesim.bookie.disk_monitor import LedgerDirsMonitor
+from bookiesim.bookie.errors import BookieError, BookieIOError, FencedError, NoLedgerError
 from bookiesim.bookie.gc_storage import BookieGcStorage
+from bookiesim.bookie.handles import HandleFactory
 from bookiesim.bookie.journal import JournalWriter
 from bookiesim.bookie.journal_format import (
     DataRecord,
@@ -47,7 +49,6 @@ from bookiesim.bookie.journal_service import Completion, GroupCommitPolicy, Jour
 from bookiesim.bookie.ledger_storage import (
     EntryHeader,
     LedgerStorage,
-    StorageFailedError,
     entry_header,
 )
 from bookiesim.bookie.log_mark import LogMark, read_last_mark, write_last_mark
@@ -59,42 +60,21 @@ from bookiesim.gc.policy import CompactionSettings, Throttle
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class LedgerState:
-    """What the bookie keeps in memory per ledger it has seen in this process."""
-
-    master_key: bytes
-    fenced: bool
-    lac: int = -1
-    key_journaled: bool = False
-    fence_durable: trio.Event | None = None
-    fence_error: BaseException | None = None
-    # Created only while a long poll waits: replacing an event on every add would cost
-    # more than the rest of the add path's bookkeeping.
-    _lac_changed: trio.Event | None = None
-
-    def advance_lac(self, lac: int) -> None:
-        if lac > self.lac:
-            self.lac = lac
-            if self._lac_changed is not None:
-                self.wake_watchers()
-
-    def wake_watchers(self) -> None:
-        event = self._lac_changed
-        if event is not None:
-            self._lac_changed = None
-            event.set()
-
-    async def wait_for_change(self) -> None:
-        if self._lac_changed is None:
-            self._lac_changed = trio.Event()
-        await self._lac_changed.wait()
+AddObserver = Callable[[EntryHeader, bool, bool], None]
+"""Called after each accepted add with (header, recovery, fenced): ``fenced`` is whether
+storage had the ledger fenced before this add arrived."""
 
 
 class Bookie:
     """One bookie's state and operations; :meth:`run` drives its loops in a nursery."""
 
-    def __init__(self, cfg: BookieConfig, metrics: BookieMetrics | None = None) -> None:
+    def __init__(
+        self,
+        cfg: BookieConfig,
+        metrics: BookieMetrics | None = None,
+        *,
+        add_observers: Sequence[AddObserver] = (),
+    ) -> None:
         self.cfg = cfg
         self.metrics = metrics if metrics is not None else BookieMetrics()
         for d in (*cfg.ledger_directories, *cfg.effective_index_directories):
@@ -102,7 +82,8 @@ class Bookie:
         self.storage = LedgerStorage.from_config(
             cfg, clock=trio.current_time, on_rotate=self._on_rotate
         )
-        self._ledgers: dict[int, LedgerState] = {}
+        self.handles = HandleFactory(self.storage)
+        self._add_observers = tuple(add_observers)
         self._bytes_written = 0
         self._journal_writer = JournalWriter(
             cfg.effective_journal_directories[0],
@@ -126,9 +107,10 @@ class Bookie:
         self.read_only = trio.Event()
         """Set when the bookie stops taking adds (:attr:`failure`), for whoever must tell
         the world (its registration moves under ``available/readonly``)."""
-        self._checkpoint_lock = trio.Lock()
-        self._persisted_mark: LogMark | None = None
-        """The mark the last checkpoint of this process wrote to every ledger dir."""
+        self.sync_thread = SyncThread(
+            cfg, self.storage, self.journal, self.metrics, on_storage_failed=self._went_read_only
+        )
+        self.disk_monitor = LedgerDirsMonitor(cfg)
         self.gc = _garbage_collector(cfg, self)
         usage = self.gc.usage
         self.metrics.bind_gc_gauges(
@@ -149,8 +131,8 @@ class Bookie:
             least_unflushed_log_id=lambda: self.storage.entry_logger.least_unflushed_log_id,
             newest_log_id=lambda: max(self.storage.entry_logger.log_ids(), default=-1),
             ledgers=lambda: len(self.storage.ledger_ids()),
-            writable_dirs=self.writable_ledger_dirs,
-            disk_usage=self.disk_used_fraction,
+            writable_dirs=self.disk_monitor.writable_ledger_dirs,
+            disk_usage=self.disk_monitor.used_fraction,
             server_status=lambda: 1 if self.failure is None else 0,
         )
 
@@ -174,12 +156,12 @@ class Bookie:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.journal.run)
-                nursery.start_soon(self._checkpoint_loop)
+                nursery.start_soon(self.sync_thread.run)
                 nursery.start_soon(self._preallocation_loop)
                 if self.cfg.entry_log_per_ledger_enabled and not self.cfg.upstream_behaviour:
                     nursery.start_soon(self._expiry_loop)
                 await nursery.start(self.gc.run)
-                nursery.start_soon(self._disk_check_loop)
+                nursery.start_soon(self.disk_monitor.run, self.gc.disk_checked)
                 self.ready.set()
                 task_status.started()
                 await trio.sleep_forever()
@@ -257,48 +239,7 @@ class Bookie:
 
     async def checkpoint(self) -> LogMark:
         """Upstream's SyncThread.checkpoint: mark first, storage durable, then persist mark."""
-        async with self._checkpoint_lock:
-            started = trio.current_time()
-            mark = self.journal.synced_mark
-            try:
-                await self.storage.checkpoint()
-            except StorageFailedError as exc:
-                self._went_read_only(exc)
-                raise
-            # With no journal write since the last checkpoint (an idle bookie, every
-            # flushInterval), the same mark is on disk already and no journal became
-            # deletable: rewriting and fsyncing lastMark and listing the journal directory
-            # would change nothing.
-            if mark != self._persisted_mark:
-                dirs = self.cfg.ledger_directories
-                await run_blocking(write_last_mark, dirs, mark)
-                journal_dir = self.cfg.effective_journal_directories[0]
-                await run_blocking(
-                    journal_files.delete_old_journals,
-                    journal_dir,
-                    mark,
-                    self.cfg.journal_max_backups,
-                )
-                self._persisted_mark = mark
-            self.metrics.checkpoint(trio.current_time() - started)
-            return mark
-
-    async def _checkpoint_loop(self) -> None:
-        interval = self.cfg.flush_interval / 1000
-        while True:
-            await trio.sleep(interval)
-            try:
-                await self.checkpoint()
-            except StorageFailedError as exc:
-                # An fsync failed: a retry could succeed with the data gone (see
-                # ledger_storage), so no later mark may be persisted by this process.
-                log.error("checkpoint failed; no more checkpoints until restart: %s", exc)
-                return
-            except OSError as exc:
-                # A write to the OS failed (a full disk): nothing was claimed durable, and
-                # what was not written stays in memory. Upstream logs and retries next
-                # period; the mark is not persisted, so nothing acknowledged is at risk.
-                log.error("checkpoint failed, will retry: %s", exc)
+        return await self.sync_thread.checkpoint()
 
     async def _expiry_loop(self) -> None:
         """Rotate idle logs on time even when no write arrives (upstream only does it when a
@@ -313,46 +254,14 @@ class Bookie:
             await trio.sleep_until(max(wake, now))
             logger.expire_idle()
 
-    async def _disk_check_loop(self) -> None:
-        """Upstream's LedgerDirsMonitor, as far as GC cares: every diskCheckInterval, the
-        fullest ledger or index disk decides whether compaction is suspended (or GC forced,
-        with isForceGCAllowWhenNoSpace)."""
-        cfg = self.cfg
-        while True:
-            try:
-                used = self.disk_used_fraction()
-            except OSError as exc:
-                log.warning("disk check failed: %s", exc)
-            else:
-                self.gc.disk_checked(used, cfg.disk_usage_warn_threshold, cfg.disk_usage_threshold)
-            await trio.sleep(cfg.disk_check_interval / 1000)
-
     def disk_used_fraction(self) -> float:
-        """The highest used fraction (1 - usable/total, as upstream's DiskChecker) among the
-        file systems of the ledger and index directories."""
-        worst = 0.0
-        for d in {*self.cfg.ledger_directories, *self.cfg.effective_index_directories}:
-            st = os.statvfs(d)
-            if st.f_blocks:
-                worst = max(worst, 1.0 - st.f_bavail / st.f_blocks)
-        return worst
-
-    def writable_ledger_dirs(self) -> int:
-        """Ledger directories whose disk is below diskUsageThreshold."""
-        threshold = self.cfg.disk_usage_threshold
-        writable = 0
-        for d in self.cfg.ledger_directories:
-            st = os.statvfs(d)
-            if not st.f_blocks or 1.0 - st.f_bavail / st.f_blocks < threshold:
-                writable += 1
-        return writable
+        """The highest used fraction among the ledger and index directories' disks."""
+        return self.disk_monitor.used_fraction()
 
     def forget_ledger(self, ledger_id: int) -> None:
         """GC deleted the ledger: drop its in-memory state (long polls wake and find it
         gone)."""
-        state = self._ledgers.pop(ledger_id, None)
-        if state is not None:
-            state.wake_watchers()
+        self.handles.forget(ledger_id)
 
     async def _preallocation_loop(self) -> None:
         """Keep the entry logger's pool of empty logs full, creating files off the trio
@@ -376,48 +285,6 @@ class Bookie:
     def _on_rotate(self, event: RotationEvent) -> None:
         self.metrics.rotation(event.reason.value)
 
-    # -- handles -------------------------------------------------------------------------
-
-    def _handle(self, ledger_id: int, master_key: bytes) -> LedgerState:
-        """The write handle: creates the ledger (persisting the key) on first contact;
-        afterwards the key must match byte for byte (EUA otherwise)."""
-        state = self._ledgers.get(ledger_id)
-        if state is None:
-            if self.storage.ledger_exists(ledger_id):
-                state = self._load_state(ledger_id)
-            else:
-                self.storage.create_ledger(ledger_id, master_key)
-                state = LedgerState(master_key=master_key, fenced=False)
-                self._ledgers[ledger_id] = state
-        if state.master_key != master_key:
-            raise UnauthorizedError(f"master key mismatch for ledger {ledger_id}")
-        return state
-
-    def _read_state(self, ledger_id: int) -> LedgerState:
-        """The read-only handle: the ledger must exist; no key check."""
-        state = self._ledgers.get(ledger_id)
-        if state is None:
-            if not self.storage.ledger_exists(ledger_id):
-                raise NoLedgerError(ledger_id)
-            state = self._load_state(ledger_id)
-        return state
-
-    def _load_state(self, ledger_id: int) -> LedgerState:
-        storage = self.storage
-        state = LedgerState(
-            master_key=storage.master_key(ledger_id), fenced=storage.is_fenced(ledger_id)
-        )
-        last = storage.last_entry_id(ledger_id)
-        if last >= 0:
-            state.lac = entry_header(storage.read_entry(ledger_id, last)).lac
-        self._ledgers[ledger_id] = state
-        return state
-
-    def _journal(self, state: LedgerState, ledger_id: int, records: list[JournalRecord]) -> None:
-        if not state.key_journaled:
-            records.insert(0, MasterKeyRecord(ledger_id, state.master_key))
-            state.key_journaled = True
-
     # -- operations ----------------------------------------------------------------------
 
     def add_entry(
@@ -438,32 +305,37 @@ class Bookie:
             header = entry_header(body)
         if (failure := self.failure) is not None:
             raise BookieIOError(str(failure))
-        state = self._handle(header.ledger_id, master_key)
-        if state.fenced and not recovery:
-            raise FencedError(header.ledger_id)
+        ledger_id = header.ledger_id
+        storage = self.storage
+        if observers := self._add_observers:
+            was_fenced = storage.ledger_exists(ledger_id) and storage.is_fenced(ledger_id)
+        handle = self.handles.get_handle(ledger_id, master_key)
+        if handle.fenced and not recovery:
+            raise FencedError(ledger_id)
         try:
-            self.storage.add_entry(header, body)
+            storage.add_entry(header, body)
         except OSError as exc:
-            raise BookieIOError(f"ledger {header.ledger_id}: {exc}") from exc
-        state.advance_lac(header.lac)
+            raise BookieIOError(f"ledger {ledger_id}: {exc}") from exc
+        handle.advance_lac(header.lac)
         journal = self.journal
-        if not state.key_journaled:
+        if not handle.machine.key_journaled:
             # Upstream journals the key once per ledger per process, just before its entry.
-            journal.append_unacknowledged([MasterKeyRecord(header.ledger_id, state.master_key)])
-            state.key_journaled = True
+            journal.append_unacknowledged(handle.with_key([]))
         journal.log_entry(body, done, ack_before_sync=ack_before_sync)
         self._bytes_written += len(body)
+        for observer in observers:
+            observer(header, recovery, was_fenced)
         return header
 
     def read_entry(self, ledger_id: int, entry_id: int) -> tuple[bytes, int]:
         """The stored body and the bookie's LAC for the ledger."""
-        state = self._read_state(ledger_id)
+        handle = self.handles.get_read_only_handle(ledger_id)
         body = self.storage.read_entry(ledger_id, entry_id)
         self.metrics.bytes_read(len(body))
-        return body, state.lac
+        return body, handle.lac
 
     def last_add_confirmed(self, ledger_id: int) -> int:
-        return self._read_state(ledger_id).lac
+        return self.handles.get_read_only_handle(ledger_id).lac
 
     async def fence(self, ledger_id: int, master_key: bytes) -> None:
         """Fence the ledger and return once the fence is durable (EIO if it cannot be).
@@ -473,68 +345,47 @@ class Bookie:
         journal write in flight. Afterwards the ledger's log is rotated: no more regular
         writes will come (BP-32).
         """
-        state = self._handle(ledger_id, master_key)
-        if state.fence_durable is None or state.fence_error is not None:
-            # The earlier error stays until a new fence record is on its way: cleared before
-            # this check, a failed journal would leave the old (set) event looking durable.
+        handle = self.handles.get_handle(ledger_id, master_key)
+        if handle.needs_fence_record:
             if self.journal.failed is not None:
                 raise BookieIOError(str(self.journal.failed))
-            state.fence_error = None
             newly = self.storage.set_fenced(ledger_id)
-            state.fenced = True
-            durable = state.fence_durable = trio.Event()
-
-            def fenced(error: BaseException | None) -> None:
-                state.fence_error = error
-                durable.set()
-
-            records: list[JournalRecord] = [FenceRecord(ledger_id)]
-            self._journal(state, ledger_id, records)
-            self.journal.log(records, fenced)
+            self.journal.log(handle.begin_fence(), handle.fence_logged)
             if newly:
-                state.wake_watchers()
+                handle.wake_watchers()
                 self.storage.rotate_ledger_log(ledger_id, RotationReason.FENCE)
-        await state.fence_durable.wait()
-        if state.fence_error is not None:
-            raise BookieIOError(f"fence of ledger {ledger_id} not persisted: {state.fence_error}")
+        await handle.wait_fence_durable()
 
     def fence_is_durable(self, ledger_id: int) -> bool:
         """The ledger is fenced and its fence journaled: a fencing read has nothing to wait
         for."""
-        state = self._ledgers.get(ledger_id)
-        return (
-            state is not None
-            and state.fence_durable is not None
-            and state.fence_durable.is_set()
-            and state.fence_error is None
-        )
+        handle = self.handles.peek(ledger_id)
+        return handle is not None and handle.fence_is_durable
 
     def check_fenced(self, ledger_id: int, master_key: bytes) -> None:
         """A fencing read of a ledger whose fence is durable: the key must match (EUA)."""
-        self._handle(ledger_id, master_key)
+        self.handles.get_handle(ledger_id, master_key)
 
     async def wait_for_lac(self, ledger_id: int, previous_lac: int, max_wait: float) -> bool:
         """Long poll: True once the bookie's LAC exceeds ``previous_lac`` (or the ledger is
         fenced), False on timeout."""
-        state = self._read_state(ledger_id)
+        handle = self.handles.get_read_only_handle(ledger_id)
         with trio.move_on_after(max_wait):
-            while state.lac <= previous_lac and not state.fenced:
-                await state.wait_for_change()
-        return state.lac > previous_lac
+            while handle.lac <= previous_lac and not handle.fenced:
+                await handle.wait_for_change()
+        return handle.lac > previous_lac
 
     def write_lac(
         self, ledger_id: int, lac: int, master_key: bytes, blob: bytes, done: Completion
     ) -> None:
-        state = self._handle(ledger_id, master_key)
+        handle = self.handles.get_handle(ledger_id, master_key)
         self.storage.set_explicit_lac(ledger_id, blob)
-        state.advance_lac(lac)
-        records: list[JournalRecord] = [ExplicitLacRecord(ledger_id, blob)]
-        self._journal(state, ledger_id, records)
-        self.journal.log(records, done)
+        handle.advance_lac(lac)
+        self.journal.log(handle.with_key([ExplicitLacRecord(ledger_id, blob)]), done)
 
     def read_lac(self, ledger_id: int) -> tuple[bytes | None, bytes | None]:
         """(explicit LAC blob, last entry body); either may be missing."""
-        self._read_state(ledger_id)
+        self.handles.get_read_only_handle(ledger_id)
         explicit = self.storage.explicit_lac(ledger_id)
         last: bytes | None = None
         if self.storage.last_entry_id(ledger_id) >= 0:
@@ -543,7 +394,7 @@ class Bookie:
 
     def force_ledger(self, ledger_id: int, done: Completion) -> None:
         """Completes after the next journal sync (used with DEFERRED_SYNC writes)."""
-        self._read_state(ledger_id)
+        self.handles.get_read_only_handle(ledger_id)
         self.journal.log([], done)
 
     def write_close(self, ledger_id: int, master_key: bytes) -> str:
@@ -551,33 +402,21 @@ class Bookie:
         checkpoint. Returns the outcome label used by the metrics."""
         if not self.storage.ledger_exists(ledger_id):
             raise NoLedgerError(ledger_id)
-        state = self._read_state(ledger_id)
-        if state.master_key != master_key:
-            raise UnauthorizedError(f"master key mismatch for ledger {ledger_id}")
+        self.handles.get_read_only_handle(ledger_id).check_key(master_key)
         if self.cfg.upstream_behaviour:
             return "no_active_log"
         rotated = self.storage.rotate_ledger_log(ledger_id, RotationReason.WRITE_CLOSE)
         return "rotated" if rotated else "no_active_log"
 
     def entry_ids(self, ledger_id: int) -> list[int]:
-        self._read_state(ledger_id)
+        self.handles.get_read_only_handle(ledger_id)
         return self.storage.entry_ids(ledger_id)
 
     # -- introspection -------------------------------------------------------------------
 
     def disk_usage(self) -> tuple[int, int]:
         """(total, free) bytes over the ledger directories' file systems."""
-        seen: set[int] = set()
-        total = free = 0
-        for d in self.cfg.ledger_directories:
-            dev = os.stat(d).st_dev
-            if dev in seen:
-                continue
-            seen.add(dev)
-            usage = shutil.disk_usage(d)
-            total += usage.total
-            free += usage.free
-        return total, free
+        return self.disk_monitor.total_and_free()
 
     def info(self) -> dict[str, Any]:
         logger = self.storage.entry_logger
@@ -607,7 +446,7 @@ def _garbage_collector(cfg: BookieConfig, bookie: Bookie) -> GarbageCollector:
     by_bytes = cfg.is_throttle_by_bytes
     rate = cfg.compaction_rate_by_bytes if by_bytes else cfg.compaction_rate_by_entries
     return GarbageCollector(
-        BookieGcStorage(bookie.storage, bookie._checkpoint_lock, bookie.forget_ledger),
+        BookieGcStorage(bookie.storage, bookie.sync_thread.lock, bookie.forget_ledger),
         CompactionSettings.from_config(cfg),
         gc_wait_time=cfg.gc_wait_time / 1000,
         throttle=Throttle(rate, by_bytes=by_bytes),
@@ -619,4 +458,4 @@ def _garbage_collector(cfg: BookieConfig, bookie: Bookie) -> GarbageCollector:
     )
 
 
-__all__ = ["Bookie", "BookieError", "LedgerState"]
+__all__ = ["AddObserver", "Bookie", "BookieError"]
