@@ -183,7 +183,7 @@ def list_log_ids(current_dirs: Iterable[str | os.PathLike[str]]) -> set[int]:
 class EntryLogIdAllocator:
     """Hands out entry log ids for a set of ledger dirs.
 
-    Not thread-safe: :class:`~bookiesim.entrylog.managers.LogFiles` calls it under its io
+    Not thread-safe: :class:`~bookiesim.entrylog.log_files.LogFiles` calls it under its io
     lock, from the owner thread and from the preallocation worker.
     """
 

@@ -1,7 +1,7 @@
 """The entry logger: the one object the bookie's ledger storage talks to about entry logs.
 
 Upstream's ``DefaultEntryLogger`` in our terms: it owns the log files (through
-:class:`~bookiesim.entrylog.managers.LogFiles`), delegates "which log does this entry go to"
+:class:`~bookiesim.entrylog.log_files.LogFiles`), delegates "which log does this entry go to"
 to one of the two managers in :mod:`bookiesim.entrylog.managers`, reads entries back, runs
 checkpoints, and answers the garbage collector's questions (which logs are flushed, delete
 this one).
@@ -15,32 +15,27 @@ a least-recently-used cache capped at ``max_open_read_files``; evicting a reader
 descriptor. (Upstream keeps one read descriptor per log ever read, for ever.) Reads never
 count as a ledger's access for expiry or eviction.
 
-Checkpoints, in three steps
----------------------------
-The bookie's add path and the checkpoint share the writers, and the fsyncs take
-milliseconds, so a checkpoint is split where threads change::
+Checkpoints
+-----------
+In three steps, so that the fsyncs run on a worker thread: :meth:`EntryLogger.prepare_checkpoint`,
+:meth:`CheckpointPlan.sync`, :meth:`EntryLogger.complete_checkpoint` (see
+:mod:`bookiesim.entrylog.checkpoint`). Completing moves the logs rotated before the plan was
+made to FLUSHED, which is what advances leastUnflushedLogId.
 
-    plan = logger.prepare_checkpoint()           # owner thread: buffers -> OS, fix the list
-    await trio.to_thread.run_sync(plan.sync)     # worker thread: fsyncs only
-    logger.complete_checkpoint(plan)             # owner thread: retire rotated logs
-
-:meth:`~EntryLogger.prepare_checkpoint` hands every active and rotated log's buffer to the OS
-and records which logs to fsync. :meth:`CheckpointPlan.sync` fsyncs them (and the ledger
-dirs that gained files, so that a new log's name is as durable as its bytes); adds may go on
-meanwhile, rotating logs or closing descriptors: a writer is only closed under
-:attr:`LogFiles.io_lock`, under which the sync pass duplicates its descriptor (and fsyncs the
-duplicate after releasing the lock, so an add never waits for an fsync), and a writer found
-closed is fsynced by path instead. :meth:`~EntryLogger.complete_checkpoint` records the persisted
-positions, and for every log that was rotated when the plan was made marks it flushed in
-``RecentEntryLogsStatus`` — the only way leastUnflushedLogId moves (§4): past every leading
-flushed id. Active logs are fsynced but stay unflushed until rotated, so in per-ledger mode
-the active log with the smallest id (or the preallocated one) pins the pointer.
+Life cycle and rotation
+-----------------------
+Each log's state (RESERVED, POOLED, PREALLOCATED, ACTIVE, ROTATED, then FLUSHED and DELETED)
+is kept by :class:`~bookiesim.entrylog.log_files.LogFiles` under the one table of
+:mod:`bookiesim.entrylog.lifecycle`; when a log rotates is decided by the one
+:class:`~bookiesim.entrylog.rotation.RotationPolicy` of :mod:`bookiesim.entrylog.rotation`,
+which the bookie asks through this class (:meth:`EntryLogger.rotate_ledger`,
+:attr:`EntryLogger.expires_on_timer`) rather than deciding again.
 
 Preallocation pool
 ------------------
 With ``preallocation_pool_size > 0`` (``entryLogPreallocationPoolSize``) new logs come from
 a pool of empty log files created ahead of need, so that an add that needs a new log opens
-an existing file instead of creating one (see :mod:`bookiesim.entrylog.managers`). The
+an existing file instead of creating one (see :mod:`bookiesim.entrylog.pool`). The
 logger stays free of trio and threads: whoever owns it refills the pool by calling
 :meth:`EntryLogger.preallocate_some` on a worker thread while
 :meth:`EntryLogger.needs_preallocation` holds, and learns when to do so again from
@@ -63,27 +58,24 @@ belongs to one thread. Time is read only through the ``clock`` given (the bookie
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Container, Sequence
 from pathlib import Path
-from typing import Protocol
 
-from bookiesim.entrylog import writeback
 from bookiesim.entrylog.allocator import list_log_ids
-from bookiesim.entrylog.format import log_file_name
+from bookiesim.entrylog.checkpoint import CheckpointPlan
+from bookiesim.entrylog.config import DEFAULT_LOG_SIZE_LIMIT, EntryLogConfig
+from bookiesim.entrylog.lifecycle import LogState
+from bookiesim.entrylog.log_files import LogFiles, RotatedLog
 from bookiesim.entrylog.managers import (
     EntryLogManager,
     EntryLogManagerForEntryLogPerLedger,
     EntryLogManagerForSingleEntryLog,
-    LogFiles,
-    RotatedLog,
-    RotationEvent,
-    RotationReason,
 )
 from bookiesim.entrylog.metadata import EntryLogMetadata, extract_metadata
 from bookiesim.entrylog.reader import EntryLogReader, find_log_file, read_entry
+from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationReason
 from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
 
 __all__ = [
@@ -94,147 +86,6 @@ __all__ = [
     "RotationEvent",
     "RotationReason",
 ]
-
-DEFAULT_LOG_SIZE_LIMIT = 1 << 30
-"""Upstream ``logSizeLimit`` default (1 GiB)."""
-
-# Rotations that BP-32 adds; upstream has none of them (``upstream_behaviour``).
-_BP32_REASONS = frozenset(
-    {RotationReason.WRITE_CLOSE, RotationReason.FENCE, RotationReason.REPLICATION}
-)
-
-
-class EntryLogConfig(Protocol):
-    """The configuration keys the entry logger reads; ``bookie.config.BookieConfig`` has them.
-
-    A protocol rather than an import because nothing in ``entrylog/`` depends on ``bookie/``.
-    """
-
-    @property
-    def ledger_directories(self) -> Sequence[Path]: ...
-    @property
-    def entry_log_per_ledger_enabled(self) -> bool: ...
-    @property
-    def log_size_limit(self) -> int: ...
-    @property
-    def entrylog_map_access_expiry_time_in_seconds(self) -> int: ...
-    @property
-    def maximum_number_of_active_entry_logs(self) -> int: ...
-    @property
-    def entry_log_max_open_read_files(self) -> int: ...
-    @property
-    def write_buffer_size_bytes(self) -> int: ...
-    @property
-    def flush_entrylog_bytes(self) -> int: ...
-    @property
-    def entry_log_writeback_bytes(self) -> int: ...
-    @property
-    def entry_log_file_preallocation_enabled(self) -> bool: ...
-    @property
-    def entry_log_preallocation_pool_size(self) -> int: ...
-    @property
-    def upstream_behaviour(self) -> bool: ...
-    @property
-    def unsafe_gc_below_least_unflushed_only(self) -> bool: ...
-    @property
-    def unsafe_entry_log_garbage_header(self) -> bool: ...
-
-
-class CheckpointPlan:
-    """The logs one checkpoint makes durable, fixed on the owner thread.
-
-    :meth:`sync` is the only method that may run on another thread. A plan is used once;
-    one that is abandoned (its sync failed, or was never run) changes nothing and the next
-    checkpoint covers its logs again.
-    """
-
-    __slots__ = ("_dir_marks", "_dirs", "_items", "_lock", "_positions", "_rotated", "_synced")
-
-    def __init__(
-        self,
-        items: list[tuple[EntryLogWriter | None, str]],
-        rotated: list[int],
-        dirs: list[Path],
-        dir_marks: list[int],
-        lock: threading.Lock,
-    ) -> None:
-        self._items = items
-        self._rotated = rotated
-        self._dirs = dirs
-        self._dir_marks = dir_marks
-        self._lock = lock
-        self._positions: list[tuple[EntryLogWriter, int]] = []
-        self._synced = False
-
-    @property
-    def synced(self) -> bool:
-        """True once :meth:`sync` has completed without error."""
-        return self._synced
-
-    @property
-    def empty(self) -> bool:
-        """True when :meth:`sync` would fsync nothing and no rotated log awaits it: an idle
-        bookie's checkpoint, which need not wake a worker thread."""
-        return not (self._items or self._rotated or self._dirs)
-
-    @property
-    def paths(self) -> list[Path]:
-        """The log files this plan fsyncs."""
-        return [Path(path) for _, path in self._items]
-
-    @property
-    def rotated_log_ids(self) -> list[int]:
-        """Rotated logs that become flushed when the plan completes."""
-        return list(self._rotated)
-
-    def sync(self) -> None:
-        """fsync every planned log and every ledger dir that gained a file. Blocking.
-
-        Safe in a worker thread while the owner keeps adding: the io lock is held only to
-        duplicate an open writer's descriptor, and the duplicate is fsynced without it, so
-        the owner never waits for an fsync to close a descriptor.
-        """
-        if self._synced:
-            raise RuntimeError("this checkpoint plan was already synced")
-        if len(self._items) >= writeback.SYNCFS_MIN_FILES:
-            self._sync_file_systems()
-        else:
-            self._sync_files()
-        self._synced = True
-
-    def _sync_files(self) -> None:
-        positions = self._positions
-        for writer, path in self._items:
-            if writer is not None:
-                with self._lock:
-                    dup = None if writer.closed else writer.dup_for_sync()
-                if dup is not None:
-                    fd, position = dup
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                    positions.append((writer, position))
-                    continue
-            # Closed since the plan was made (rotated meanwhile): every byte it held reached
-            # the OS before its descriptor was closed, so an fsync through a new one covers it.
-            # (Gone meanwhile: only a flushed log may be deleted, by GC, after an overlapping
-            # checkpoint flushed it; nothing of it is left to persist.)
-            writeback.fsync_path(path)
-        for d in self._dirs:
-            writeback.fsync_path(d, directory=True)
-
-    def _sync_file_systems(self) -> None:
-        # Each open log's position first: what reached the OS by then is what the syncfs
-        # after it makes durable (a closed log's bytes all reached the OS at its close).
-        positions = self._positions
-        with self._lock:
-            for writer, _ in self._items:
-                if writer is not None and not writer.closed:
-                    positions.append((writer, writer.os_position))
-        writeback.sync_file_systems(
-            {*map(str, self._dirs), *(os.path.dirname(p) for _, p in self._items)}
-        )
 
 
 class EntryLogger:
@@ -287,6 +138,13 @@ class EntryLogger:
         )
         self._per_ledger = per_ledger
         self._upstream = upstream_behaviour
+        self._policy = RotationPolicy(
+            per_ledger=per_ledger,
+            upstream_behaviour=upstream_behaviour,
+            log_size_limit=log_size_limit,
+            expiry_seconds=expiry_seconds,
+            max_active_logs=max_active_logs,
+        )
         self._gc_below_pointer = upstream_behaviour or gc_below_pointer_only
         self._trust_ledgers_map = garbage_header
         self._clock = clock
@@ -294,19 +152,11 @@ class EntryLogger:
         self._manager: EntryLogManager
         if per_ledger:
             self._manager = EntryLogManagerForEntryLogPerLedger(
-                self._files,
-                log_size_limit=log_size_limit,
-                expiry_seconds=expiry_seconds,
-                max_active_logs=max_active_logs,
-                clock=clock,
-                lazy_expiry=upstream_behaviour,
-                fsync_before_roll=fsync_before_roll,
+                self._files, policy=self._policy, clock=clock, fsync_before_roll=fsync_before_roll
             )
         else:
             self._manager = EntryLogManagerForSingleEntryLog(
-                self._files,
-                log_size_limit=log_size_limit,
-                fsync_before_roll=fsync_before_roll,
+                self._files, policy=self._policy, fsync_before_roll=fsync_before_roll
             )
         self._readers: OrderedDict[int, EntryLogReader] = OrderedDict()
         self._max_readers = max_open_read_files
@@ -353,6 +203,17 @@ class EntryLogger:
         return self._upstream
 
     @property
+    def rotation_policy(self) -> RotationPolicy:
+        """The rules deciding every rotation (and the upstream-behaviour gate)."""
+        return self._policy
+
+    @property
+    def expires_on_timer(self) -> bool:
+        """Whether the owner should call :meth:`expire_idle` on a timer (per-ledger mode
+        without ``upstream_behaviour``); the bookie runs its expiry loop on this."""
+        return self._policy.timer_expiry
+
+    @property
     def trusts_ledgers_map(self) -> bool:
         """The #4607 bug switch is on: ledgers maps are believed (whoever reads them)."""
         return self._trust_ledgers_map
@@ -388,7 +249,7 @@ class EntryLogger:
         that does not hold that entry, ``FileNotFoundError`` for a log that does not exist.
         """
         log_id = location >> 32
-        writer = self._files.writers.get(log_id)
+        writer = self._files.open_writer(log_id)
         if writer is not None:
             return read_entry(writer, ledger_id, entry_id, location)
         readers = self._readers
@@ -420,10 +281,8 @@ class EntryLogger:
         anything else that knows a ledger's log is finished. False if the ledger has no
         active log, always in single-log mode (the shared log serves other ledgers too), and
         for write-close, fence and replication with ``upstream_behaviour`` (upstream has no
-        such rotations).
+        such rotations): the rotation policy decides.
         """
-        if self._upstream and reason in _BP32_REASONS:
-            return False
         return self._manager.rotate_ledger(ledger_id, reason)
 
     def create_new_log(self, ledger_id: int) -> int:
@@ -458,16 +317,14 @@ class EntryLogger:
         the checkpoint must then not complete, so the journal keeps those entries.
         """
         files = self._files
-        pre = files.preallocated
         items: list[tuple[EntryLogWriter | None, str]] = []
-        for writer in files.writers.values():
-            if writer is pre:
-                continue  # nothing of it needs to be durable: a 0-byte file until first use
+        for writer in files.writers_to_flush():
             writer.flush()
             if writer.unpersisted_bytes:
                 items.append((writer, writer.fspath))
-        rotated = list(files.rotated)
-        for record in files.rotated.values():
+        records = files.rotated_logs()
+        rotated = [record.log_id for record in records]
+        for record in records:
             if record.writer is None:
                 items.append((None, record.fspath))
         marks = list(files.dir_creations)
@@ -480,13 +337,13 @@ class EntryLogger:
         flushed (closing any still open), which advances leastUnflushedLogId (§4)."""
         if not plan.synced:
             raise RuntimeError("complete_checkpoint needs a plan whose sync() succeeded")
-        for writer, position in plan._positions:
+        for writer, position in plan.persisted_positions:
             if not writer.closed:
                 writer.mark_persisted(position)
         files = self._files
-        for log_id in plan._rotated:
-            files.retire_rotated(log_id)
-        marks = zip(self._dirs_synced, plan._dir_marks, strict=True)
+        for log_id in plan.rotated_log_ids:
+            files.mark_flushed(log_id)
+        marks = zip(self._dirs_synced, plan.dir_marks, strict=True)
         self._dirs_synced = [max(a, b) for a, b in marks]
         self._pointer_seen = max(self._pointer_seen, files.status.position)
 
@@ -535,46 +392,37 @@ class EntryLogger:
     def remove_entry_log(self, log_id: int) -> bool:
         """Delete a log (GC): close its read handle, unlink its file; False if there was none.
 
-        ``ValueError`` for a log still open for writing, pooled, or rotated but not yet
-        checkpointed.
+        ``ValueError`` for a log not flushed yet (reserved, pooled, open for writing, or
+        rotated but not yet checkpointed): the life-cycle table allows deleting only
+        flushed logs.
         """
-        files = self._files
-        if log_id in files.writers or log_id in files.rotated or files.is_pooled(log_id):
-            raise ValueError(f"entry log {log_id:x} is not flushed yet; it cannot be removed")
+        removed = self._files.delete(log_id)  # refused before any I/O if not flushed
         reader = self._readers.pop(log_id, None)
         if reader is not None:
             reader.close()
-        removed = False
-        name = log_file_name(log_id)
-        for d in files.current_dirs:
-            try:
-                os.unlink(d / name)
-            except FileNotFoundError:
-                continue
-            removed = True
         return removed
 
     def ledgers_of_log(self, log_id: int) -> list[int] | None:
         """Ledgers with bytes in a log open for writing, pooled, or queued for the next
         checkpoint, without reading it; None if that is not known here (a flushed log, or a
         rotated log of the single interleaved log)."""
-        writer = self._files.writers.get(log_id)
+        writer = self._files.open_writer(log_id)
         if writer is not None:
             return list(writer.ledger_sizes)
-        record = self._files.rotated.get(log_id)
+        record = self._files.rotated_log(log_id)
         if record is not None and record.ledger_id is not None:
             return [record.ledger_id]
-        if record is None and self._files.is_pooled(log_id):
+        if record is None and self._files.state_of(log_id) is LogState.POOLED:
             return []  # created empty ahead of need
         return None
 
     def entry_log_metadata(self, log_id: int) -> EntryLogMetadata:
         """Ledger -> bytes of a log: from memory while it is open for writing, else from its
         ledgers map or a scan (:func:`~bookiesim.entrylog.metadata.extract_metadata`)."""
-        writer = self._files.writers.get(log_id)
+        writer = self._files.open_writer(log_id)
         if writer is not None:
             return EntryLogMetadata.from_ledger_sizes(log_id, writer.ledger_sizes)
-        record = self._files.rotated.get(log_id)
+        record = self._files.rotated_log(log_id)
         path = record.path if record is not None else None
         if path is None:
             reader = self._readers.get(log_id)
@@ -592,13 +440,13 @@ class EntryLogger:
     @property
     def rotated_log_count(self) -> int:
         """Rotated logs waiting for a checkpoint."""
-        return len(self._files.rotated)
+        return self._files.rotated_count
 
     @property
     def open_write_files(self) -> int:
         """Descriptors open for writing: active logs + the preallocated one + rotated logs
         stuck after a write error. Pooled logs hold none (see :meth:`pooled_log_ids`)."""
-        return len(self._files.writers)
+        return self._files.open_writer_count
 
     @property
     def open_read_files(self) -> int:
@@ -621,28 +469,27 @@ class EntryLogger:
 
     def rotated_log_ids(self) -> list[int]:
         """Rotated logs waiting for a checkpoint, in rotation order."""
-        return list(self._files.rotated)
+        return [record.log_id for record in self._files.rotated_logs()]
 
     @property
     def preallocated_log_id(self) -> int | None:
-        pre = self._files.preallocated
-        return None if pre is None else pre.log_id
+        return self._files.preallocated_log_id
 
     # ---------------------------------------------------------------- preallocation pool
 
     @property
     def preallocation_pool_size(self) -> int:
         """Pooled logs kept ahead of need (0: none; 0 also with preallocation off)."""
-        return self._files.pool_size
+        return self._files.pool.size
 
     def pooled_log_ids(self) -> list[int]:
         """Empty logs created ahead of need, not open, registered unflushed, in the order
         they will be used (per ledger dir)."""
-        return self._files.pooled_log_ids()
+        return self._files.pool.log_ids()
 
     def needs_preallocation(self) -> bool:
         """True if :meth:`preallocate_some` has logs to create now."""
-        return self._files.needs_preallocation()
+        return self._files.pool.needs_filling()
 
     def preallocate_some(self, count: int | None = None) -> int:
         """Create up to ``count`` pooled logs (default: fill the pool); return how many.
@@ -651,23 +498,23 @@ class EntryLogger:
         io lock only between files). Errors are logged and pause preallocation until the
         next log is taken; they never reach the caller.
         """
-        return self._files.preallocate_some(count)
+        return self._files.pool.fill(count)
 
     def notify_when_preallocation_needed(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, on the owner thread, when the pool runs low (at once if
         :meth:`needs_preallocation` already holds); it must not raise."""
-        self._files.notify_when_preallocation_needed(callback)
+        self._files.pool.notify_when_needed(callback)
 
     def open_writer(self, log_id: int) -> EntryLogWriter | None:
         """The writer of a log open for writing (read-only use: tests, metrics)."""
-        return self._files.writers.get(log_id)
+        return self._files.open_writer(log_id)
 
     def log_path(self, log_id: int) -> Path:
         """Where log ``log_id`` is (or would be, if open or queued)."""
-        writer = self._files.writers.get(log_id)
+        writer = self._files.open_writer(log_id)
         if writer is not None:
             return writer.path
-        record = self._files.rotated.get(log_id)
+        record = self._files.rotated_log(log_id)
         if record is not None:
             return record.path
         return find_log_file(self._files.current_dirs, log_id)
@@ -689,9 +536,10 @@ class EntryLogger:
         if self._closed:
             return
         self._closed = True
+        active = self._manager.active_writers()
         self._manager.close()
         try:
-            self._files.close()
+            self._files.close(active)
         finally:
             for reader in self._readers.values():
                 reader.close()
@@ -722,7 +570,7 @@ class EntryLogger:
         for log_id, reader in self._readers.items():
             assert reader.log_id == log_id
             assert not reader.closed
-            assert log_id not in self._files.writers, f"log {log_id} has a reader and a writer"
+            assert self._files.open_writer(log_id) is None, f"log {log_id}: reader and writer"
         position = self._files.status.position
         assert position >= self._pointer_seen, (position, self._pointer_seen)
         self._pointer_seen = position

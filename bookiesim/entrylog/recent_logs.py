@@ -30,7 +30,7 @@ closed one (of an earlier run, or not ours). Before any wrap the rule is upstrea
 longer vouch for numerically.
 
 This module has no I/O and no locks so the bookie, the simulation and hypothesis all use it
-unchanged; :class:`~bookiesim.entrylog.managers.LogFiles` calls it under its io lock.
+unchanged; :class:`~bookiesim.entrylog.log_files.LogFiles` calls it under its io lock.
 """
 
 from __future__ import annotations

@@ -619,7 +619,7 @@ def test_open_files_stay_bounded(tmp_path: Path) -> None:
         if step % 500 == 499:
             logger.checkpoint()
         if step % 10 == 0:
-            held = sum(1 for r in logger._files.rotated.values() if r.writer is not None)
+            held = sum(1 for r in logger._files.rotated_logs() if r.writer is not None)
             assert logger.open_write_files <= 50 + held + 1
             assert logger.open_read_files <= 20
             assert fd_count() <= baseline + 50 + held + 20 + 1

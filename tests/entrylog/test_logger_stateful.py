@@ -212,7 +212,7 @@ class EntryLoggerMachine(RuleBasedStateMachine):
     def preallocate(self, count: int) -> None:
         # What the bookie's background task does (here on the owner thread, between steps).
         needed = self.logger.needs_preallocation()
-        leftovers = bool(self.logger._files._reserved)  # of a refill caught midway
+        leftovers = bool(self.logger._files.pool.reserved)  # of a refill caught midway
         pooled = len(self.logger.pooled_log_ids())
         created = self.logger.preallocate_some(count)
         assert created <= count
@@ -227,10 +227,11 @@ class EntryLoggerMachine(RuleBasedStateMachine):
         # A refill caught between its files: ids reserved (registered, lastId written) with
         # no file yet. Adds may take them, a later refill finishes them, close drops them.
         files = self.logger._files
+        pool = files.pool
         with files.io_lock:
-            want = min(count, files.pool_size - files._pool_level())
+            want = min(count, pool.size - pool.level())
             if want > 0 and not files.closed:
-                files._reserved.extend(files._reserve(want, skip_existing=files._look_ahead))
+                pool.reserve(want)
 
     @rule(per_ledger=st.booleans(), upstream=st.booleans(), preallocation=st.booleans())
     def restart(self, per_ledger: bool, upstream: bool, preallocation: bool) -> None:
@@ -248,7 +249,7 @@ class EntryLoggerMachine(RuleBasedStateMachine):
         old.checkpoint()
         pooled = old.pooled_log_ids()
         last_id = old._files.allocator.last_allocated_id
-        for writer in list(old._files.writers.values()):
+        for writer in list(old._files.open_writers()):
             writer.close(discard_buffer=True)  # their bytes all reached the OS above
         for reader in old._readers.values():
             reader.close()

@@ -140,7 +140,7 @@ def test_crash_with_pooled_logs_left_behind(tmp_path: Path) -> None:
         add(logger, written, ledger, 0)  # logs 0..2, preallocated 3
     assert logger.preallocate_some() == 5  # 4..8
     logger.checkpoint()
-    for writer in list(logger._files.writers.values()):
+    for writer in list(logger._files.open_writers()):
         writer.close(discard_buffer=True)  # the crash: the checkpoint flushed every byte
     left = set(range(9))
     assert set(logger.log_ids()) == left
@@ -165,7 +165,7 @@ def test_crash_inside_a_batch_never_reuses_reserved_ids(tmp_path: Path) -> None:
     current = logger.current_dirs[0]
     for log_id in (3, 4, 5):
         (current / log_file_name(log_id)).unlink()  # as if the crash came before them
-    for writer in list(logger._files.writers.values()):
+    for writer in list(logger._files.open_writers()):
         writer.close(discard_buffer=True)
     again = EntryLogger(dirs, preallocation_pool_size=6)
     assert again.least_unflushed_log_id == 6
