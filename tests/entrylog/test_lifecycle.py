@@ -1,0 +1,136 @@
+"""The entry-log life-cycle table: every move it lists is taken, every other one refused.
+
+The table (:data:`bookiesim.entrylog.lifecycle.TRANSITIONS`) is pure data, so it is tested
+alone here; that :class:`~bookiesim.entrylog.log_files.LogFiles` keeps to it is asserted by
+its ``_check()``, which the stateful test of the logger (``test_logger_stateful.py``) and
+the simulator call after every step, and by the refusals at the end of this module.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookiesim.entrylog.lifecycle import (
+    FINAL_STATES,
+    TRANSITIONS,
+    IllegalTransition,
+    LogEvent,
+    LogState,
+    next_state,
+    tracked,
+)
+from bookiesim.entrylog.logger import EntryLogger
+from bookiesim.entrylog.rotation import RotationReason
+from tests.entrylog.entries import upstream_entry
+
+PAIRS = list(itertools.product(LogState, LogEvent))
+
+
+@pytest.mark.parametrize(("state", "event"), PAIRS)
+def test_every_pair_is_taken_or_refused_by_the_table(state: LogState, event: LogEvent) -> None:
+    if (state, event) in TRANSITIONS:
+        assert next_state(7, state, event) is TRANSITIONS[state, event]
+        return
+    with pytest.raises(IllegalTransition) as info:
+        next_state(7, state, event)
+    error = info.value
+    assert isinstance(error, ValueError)
+    assert (error.log_id, error.state, error.event) == (7, state, event)
+    message = str(error)
+    assert f"is {state.value}: {event.value} is not allowed" in message
+    for (s, e), _ in TRANSITIONS.items():
+        if s is state:
+            assert e.value in message  # names what would have been allowed
+    assert ("not flushed yet" in message) == (event is LogEvent.DELETE)
+
+
+def _reachable(start: LogState) -> set[LogState]:
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        state = frontier.pop()
+        for (s, _), target in TRANSITIONS.items():
+            if s is state and target not in seen:
+                seen.add(target)
+                frontier.append(target)
+    return seen
+
+
+def test_every_state_lives_between_birth_and_an_end() -> None:
+    # Born RESERVED, every state is reachable; from every kept state a final one is.
+    assert _reachable(LogState.RESERVED) == set(LogState)
+    for state in LogState:
+        assert tracked(state) == (state not in FINAL_STATES)
+        if tracked(state):
+            assert _reachable(state) & FINAL_STATES, state
+
+
+def test_final_states_are_final_but_for_deleting_a_flushed_log() -> None:
+    leaving = {(s, e) for (s, e) in TRANSITIONS if s in FINAL_STATES}
+    assert leaving == {(LogState.FLUSHED, LogEvent.DELETE)}
+    assert TRANSITIONS[LogState.FLUSHED, LogEvent.DELETE] is LogState.DELETED
+
+
+def test_only_a_checkpoint_flushes_and_only_an_active_log_rotates() -> None:
+    into = {
+        s: {e for (s2, e), t in TRANSITIONS.items() if t is s and s2 is not s} for s in LogState
+    }
+    assert into[LogState.FLUSHED] == {LogEvent.CHECKPOINT}
+    assert into[LogState.ROTATED] == {LogEvent.ROTATE}
+    assert into[LogState.ACTIVE] == {LogEvent.ACTIVATE}
+    assert [s for (s, e) in TRANSITIONS if e is LogEvent.ROTATE] == [LogState.ACTIVE]
+
+
+@given(st.lists(st.sampled_from(LogEvent), max_size=30))
+def test_a_walk_follows_the_table_and_stops_at_a_final_state(events: list[LogEvent]) -> None:
+    state = LogState.RESERVED
+    for event in events:
+        if (state, event) in TRANSITIONS:
+            state = next_state(1, state, event)
+        else:
+            with pytest.raises(IllegalTransition):
+                next_state(1, state, event)
+    if state in FINAL_STATES and state is not LogState.FLUSHED:
+        assert all(s is not state for (s, _) in TRANSITIONS)
+
+
+def test_log_files_refuse_moves_outside_the_table(tmp_path: Path) -> None:
+    logger = EntryLogger([tmp_path], preallocation_pool_size=4)
+    files = logger._files
+    assert logger.preallocate_some() == 4
+    logger.add_entry(1, upstream_entry(1, 0))
+    active = logger.current_log_id(1)
+    assert active is not None
+    pre = logger.preallocated_log_id
+    assert pre is not None
+    pooled = logger.pooled_log_ids()
+    assert files.state_of(active) is LogState.ACTIVE
+    assert files.state_of(pre) is LogState.PREALLOCATED
+    assert pooled == [2, 3]
+    assert {files.state_of(i) for i in pooled} == {LogState.POOLED}
+    assert files.logs_in(LogState.POOLED) == pooled
+    assert files.state_of(999) is LogState.FLUSHED  # not kept: never made here
+    for log_id in (active, pre, *pooled):
+        with pytest.raises(IllegalTransition, match="not flushed yet"):
+            files.delete(log_id)
+    with pytest.raises(IllegalTransition, match="preallocated: rotate is not allowed"):
+        files._move(pre, LogEvent.ROTATE)
+    with pytest.raises(IllegalTransition, match="flushed: checkpoint is not allowed"):
+        files._move(999, LogEvent.CHECKPOINT)
+    logger._check()
+    assert logger.rotate_ledger(1, RotationReason.WRITE_CLOSE)
+    assert files.state_of(active) is LogState.ROTATED
+    assert not files.mark_flushed(999)
+    logger.checkpoint()
+    assert files.state_of(active) is LogState.FLUSHED
+    assert active not in files.logs_in(LogState.ROTATED)
+    logger._check()
+    logger.close()
+    assert files.logs_in(LogState.POOLED) == []
+    assert files.state_of(pre) is LogState.FLUSHED  # given up: no longer kept
+    logger._check()
