@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bookiesim.cli.ledger_command import generated_payload
+from bookiesim.cli.client_actions import generated_payload
 from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
 from bookiesim.client.distribution import RoundRobinDistribution
 from bookiesim.cluster.control import detach, start_cluster

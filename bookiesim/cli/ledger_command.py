@@ -31,45 +31,38 @@ ZooKeeper) is shown with ``--verbose`` only, so that a failure is that one line.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
-import logging
-import random
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import trio
 from rich.console import Console
 from rich.progress import Progress
 
+from bookiesim.cli.client_actions import (
+    Action,
+    CommandError,
+    entry_json,
+    generated_payload,
+    metadata_json,
+    metadata_uri,
+    run_action,
+)
 from bookiesim.client import (
     AddFuture,
     BKError,
     BookKeeper,
     ClientConfig,
     DigestType,
-    LedgerEntry,
     LedgerHandle,
 )
-from bookiesim.cluster.control import read_state
-from bookiesim.cluster.processes import ClusterError
-from bookiesim.console import Column, LineWriter, StreamTable, make_console, quiet_broken_pipe
+from bookiesim.console import Column, LineWriter, StreamTable
 from bookiesim.metadata.cluster import require_cluster
-from bookiesim.metadata.errors import MetadataError
-from bookiesim.metadata.ledgers import LedgerMetadata
 
-__all__ = [
-    "bytes_json",
-    "entry_json",
-    "generated_payload",
-    "metadata_json",
-    "register",
-    "run_action",
-]
+__all__ = ["register"]
 
 WRITE_WINDOW = 1000
 """Adds in flight at once during ``write`` (the client pipelines them)."""
@@ -79,73 +72,7 @@ WRITE_CLOSE_WAIT = 5.0
 """Seconds ``close`` waits for the bookies to answer the WriteClose it sent."""
 
 
-class CommandError(Exception):
-    """A usage problem found after parsing (exit 2)."""
-
-
-# -- payloads and JSON forms -----------------------------------------------------------------
-
-
-def generated_payload(ledger_id: int, entry_id: int, size: int) -> bytes:
-    """A deterministic payload of ``size`` bytes that names its ledger and entry, then
-    pseudo-random bytes (so it does not compress to nothing)."""
-    prefix = f"ledger {ledger_id} entry {entry_id} ".encode()
-    filler = random.Random(ledger_id * 1_000_003 + entry_id).randbytes(max(0, size - len(prefix)))
-    return (prefix + filler)[:size]
-
-
-def bytes_json(data: bytes) -> tuple[str, str]:
-    """``(text, encoding)``: UTF-8 text when the bytes are that, else base64."""
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode("ascii"), "base64"
-
-
-def entry_json(entry: LedgerEntry) -> dict[str, Any]:
-    text, encoding = bytes_json(entry.payload)
-    return {
-        "ledgerId": entry.ledger_id,
-        "entryId": entry.entry_id,
-        "size": len(entry.payload),
-        "length": entry.length,
-        "payload": text,
-        "encoding": encoding,
-    }
-
-
-def metadata_json(ledger_id: int, metadata: LedgerMetadata, version: int) -> dict[str, Any]:
-    """The metadata's fields under upstream's names (the password is left out, as
-    upstream's own shell does)."""
-    custom = {}
-    for key, value in metadata.custom_metadata.items():
-        text, encoding = bytes_json(value)
-        custom[key] = text if encoding == "utf-8" else {"base64": text}
-    return {
-        "ledgerId": ledger_id,
-        "version": version,
-        "state": metadata.state.name,
-        "ensembleSize": metadata.ensemble_size,
-        "writeQuorumSize": metadata.write_quorum_size,
-        "ackQuorumSize": metadata.ack_quorum_size,
-        "lastEntryId": metadata.last_entry_id,
-        "length": metadata.length,
-        "digestType": metadata.digest_type.name,
-        "ctime": metadata.ctime,
-        "ensembles": {str(first): list(bookies) for first, bookies in metadata.ensembles.items()},
-        "customMetadata": custom,
-    }
-
-
 # -- plumbing ----------------------------------------------------------------------------------
-
-
-def metadata_uri(args: argparse.Namespace) -> str:
-    if args.metadata:
-        return str(args.metadata)
-    if args.cluster is None:
-        raise CommandError("say where the cluster is: --cluster DIR or --metadata URI")
-    return str(read_state(Path(args.cluster))["metadata"])
 
 
 @asynccontextmanager
@@ -499,8 +426,6 @@ async def show_metadata(args: argparse.Namespace, out: LineWriter, console: Cons
 
 # -- command line ------------------------------------------------------------------------------
 
-Action = Callable[[argparse.Namespace, LineWriter, Console], Any]
-
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("ledger", help="create, write, read, close and inspect ledgers")
@@ -565,101 +490,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ledger_id(action("delete", delete, "delete a ledger's metadata"))
     action("list", list_ledgers, "every ledger with state and size")
     ledger_id(action("metadata", show_metadata, "a ledger's metadata"))
-
-
-def expected_error(exc: BaseException, expected: tuple[type[Exception], ...]) -> Exception | None:
-    """``exc`` if it is one of ``expected``; for an exception group (trio's nurseries wrap
-    what their tasks raise, and the client runs its work in them) the first expected error
-    inside, provided everything in it is expected or a cancellation it caused. None for
-    anything else: a bug, which keeps its traceback."""
-    if isinstance(exc, expected):
-        return exc
-    if not isinstance(exc, BaseExceptionGroup):
-        return None
-    found: Exception | None = None
-    for inner in exc.exceptions:
-        if isinstance(inner, trio.Cancelled):
-            continue
-        leaf = expected_error(inner, expected)
-        if leaf is None:
-            return None
-        found = found or leaf
-    return found
-
-
-LIBRARY_LOGGERS = ("bookiesim", "kazoo")
-"""Loggers of the code a command runs: the client and the metadata store's (kazoo for
-ZooKeeper, which logs every refused connection while it retries)."""
-
-
-@contextmanager
-def _library_log(verbose: bool) -> Iterator[None]:
-    """The libraries' log on stderr with ``--verbose``, else nothing of it.
-
-    Without a handler Python prints WARNING records bare on stderr, so a fenced write said
-    it twice (the client's "failing N pending adds", then our line) and an unreachable
-    ZooKeeper took a dozen lines to say so; the command's own line is what a user reads, and
-    ``--verbose`` shows the log for a closer look."""
-    handler: logging.Handler
-    if verbose:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    else:
-        handler = logging.NullHandler()
-    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
-    saved = [(logger.level, logger.propagate) for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO if verbose else logging.CRITICAL)
-        logger.propagate = False
-    try:
-        yield
-    finally:
-        for logger, (level, propagate) in zip(loggers, saved, strict=True):
-            logger.removeHandler(handler)
-            logger.setLevel(level)
-            logger.propagate = propagate
-
-
-def run_action(
-    fn: Action,
-    args: argparse.Namespace,
-    command: str,
-    errors: tuple[type[Exception], ...] = (),
-) -> int:
-    """Run one action of a command group (``ledger``, ``topic``) in trio: positive-number
-    checks on ``--count``/``--size``/``--timeout``, one line on stderr for an error that
-    names what was wrong (exit 2 for usage, 1 for ``errors`` and the client's, metadata's and
-    cluster's own, also when they come wrapped in an exception group), and a quiet exit when
-    the reader of stdout goes away."""
-    console = make_console(sys.stderr)
-    out = LineWriter(sys.stdout)
-    for name in ("count", "size", "timeout"):
-        value = getattr(args, name, None)
-        if value is not None and value <= 0:
-            console.print(f"{command}: --{name} must be positive, got {value}", markup=False)
-            return 2
-    handled: tuple[type[Exception], ...] = (BKError, MetadataError, ClusterError, ValueError)
-    handled += errors
-    try:
-        with _library_log(getattr(args, "verbose", False)):
-            trio.run(fn, args, out, console)
-    except BaseException as exc:
-        if expected_error(exc, (BrokenPipeError,)) is not None:
-            quiet_broken_pipe()
-            return 0
-        error = expected_error(exc, (CommandError, *handled))
-        if error is None:
-            raise
-        one_line = " ".join(str(error).split())
-        console.print(f"{command}: {one_line}", markup=False)
-        return 2 if isinstance(error, CommandError) else 1
-    finally:
-        try:
-            out.flush()
-        except BrokenPipeError:
-            quiet_broken_pipe()
-    return 0
 
 
 def _run(fn: Action, args: argparse.Namespace) -> int:

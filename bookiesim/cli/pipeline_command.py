@@ -29,7 +29,7 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from bookiesim.cli.ledger_command import metadata_json
+from bookiesim.cli.client_actions import metadata_json
 from bookiesim.cluster.control import read_state
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.metadata.errors import NoSuchLedgerError

@@ -35,7 +35,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bookiesim.cli.ledger_command import (
+from bookiesim.cli.client_actions import (
     CommandError,
     bytes_json,
     generated_payload,

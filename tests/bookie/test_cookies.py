@@ -387,7 +387,7 @@ async def test_updatecookie_refuses_a_running_bookie_and_restamps_a_moved_one(
 ) -> None:
     import shutil
 
-    from bookiesim.cli.cookie_command import UpdateRefusedError, update_cookies
+    from bookiesim.cli.shell.cookies import UpdateRefusedError, update_cookies
 
     uri = f"sqlite:///{tmp_path}/meta.db"
     port = stable_port()

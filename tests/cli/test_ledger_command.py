@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import trio
 
-from bookiesim.cli.ledger_command import _stdin_payloads, generated_payload, run_action
+from bookiesim.cli.client_actions import generated_payload, run_action
+from bookiesim.cli.ledger_command import _stdin_payloads
 from bookiesim.cli.main import main
 from bookiesim.client.errors import LedgerFencedError
 from bookiesim.metadata.errors import MetadataError, NoClusterError

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from bookiesim.cli.ledger_command import metadata_json
+from bookiesim.cli.client_actions import metadata_json
 from bookiesim.client import BookKeeper
 from bookiesim.cluster.in_process import running_cluster
 from bookiesim.entrylog.format import make_location, parse_log_file_name

@@ -20,6 +20,10 @@ import trio
 
 from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.cookie_check import cookie_bookie_id, stamp_cookies
+from bookiesim.metadata import open_store
+from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
+from bookiesim.metadata.errors import MetadataError
+from bookiesim.metadata.registration import live_bookies, read_only_bookies
 
 __all__ = ["EXIT_REFUSED", "UpdateRefusedError", "register_cookie_commands", "update_cookies"]
 
@@ -52,8 +56,6 @@ def register_cookie_commands(commands: argparse._SubParsersAction[argparse.Argum
 
 
 def _updatecookie(args: argparse.Namespace) -> int:
-    from bookiesim.metadata.errors import MetadataError
-
     try:
         if args.conf:
             cfg = BookieConfig.from_file(args.conf, args.overrides)
@@ -78,10 +80,6 @@ async def update_cookies(cfg: BookieConfig) -> list[str]:
     if not cfg.metadata_service_uri:
         _, dirs, _ = await stamp_cookies(cfg)
         return [f"stamped {d / 'VERSION'}" for d in dirs]
-    from bookiesim.metadata import open_store
-    from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
-    from bookiesim.metadata.registration import live_bookies, read_only_bookies
-
     async with open_store(cfg.metadata_service_uri) as store:
         root = ledgers_root_of(store)
         registered = {**await live_bookies(store, root), **await read_only_bookies(store, root)}

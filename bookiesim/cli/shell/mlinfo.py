@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from bookiesim.cli.ledger_command import CommandError, metadata_uri
+from bookiesim.cli.client_actions import CommandError, metadata_uri
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.factory import open_store
