@@ -61,8 +61,7 @@ from bookiesim.bench.report import (
     publish,
     step_progress,
 )
-from bookiesim.bookie.journal import JournalWriter
-from bookiesim.bookie.journal_format import DataRecord
+from bookiesim.bookie.journal import DataRecord, JournalWriter
 from bookiesim.console import make_console
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches

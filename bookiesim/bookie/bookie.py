@@ -2,7 +2,7 @@
 
 The components sit in their own modules, named as upstream names them (reference §6, §7):
 :class:`~bookiesim.bookie.ledger_storage.LedgerStorage` (entry logs + index),
-:class:`~bookiesim.bookie.journal_service.JournalService` (durability),
+:class:`~bookiesim.bookie.journal.service.JournalService` (durability),
 :class:`~bookiesim.bookie.handles.HandleFactory` (per-ledger descriptors, key checks and the
 fence state of :mod:`~bookiesim.bookie.ledger_state`),
 :class:`~bookiesim.bookie.checkpoint.SyncThread` (checkpoints) and
@@ -29,7 +29,6 @@ from typing import Any
 
 import trio
 
-from bookiesim.bookie import journal as journal_files
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.checkpoint import SyncThread
 from bookiesim.bookie.config import BookieConfig
@@ -37,21 +36,22 @@ from bookiesim.bookie.disk_monitor import LedgerDirsMonitor
 from bookiesim.bookie.errors import BookieError, BookieIOError, FencedError, NoLedgerError
 from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.handles import HandleFactory
-from bookiesim.bookie.journal import JournalWriter
-from bookiesim.bookie.journal_format import (
+from bookiesim.bookie.journal import files as journal_files
+from bookiesim.bookie.journal.files import JournalWriter
+from bookiesim.bookie.journal.log_mark import LogMark, read_last_mark, write_last_mark
+from bookiesim.bookie.journal.records import (
     DataRecord,
     ExplicitLacRecord,
     FenceRecord,
     JournalRecord,
     MasterKeyRecord,
 )
-from bookiesim.bookie.journal_service import Completion, GroupCommitPolicy, JournalService
+from bookiesim.bookie.journal.service import Completion, GroupCommitPolicy, JournalService
 from bookiesim.bookie.ledger_storage import (
     EntryHeader,
     LedgerStorage,
     entry_header,
 )
-from bookiesim.bookie.log_mark import LogMark, read_last_mark, write_last_mark
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.entrylog.logger import RotationEvent, RotationReason
 from bookiesim.gc.collector import GarbageCollector
@@ -158,7 +158,7 @@ class Bookie:
                 await nursery.start(self.journal.run)
                 nursery.start_soon(self.sync_thread.run)
                 nursery.start_soon(self._preallocation_loop)
-                if self.cfg.entry_log_per_ledger_enabled and not self.cfg.upstream_behaviour:
+                if self.storage.entry_logger.expires_on_timer:
                     nursery.start_soon(self._expiry_loop)
                 await nursery.start(self.gc.run)
                 nursery.start_soon(self.disk_monitor.run, self.gc.disk_checked)
@@ -403,8 +403,8 @@ class Bookie:
         if not self.storage.ledger_exists(ledger_id):
             raise NoLedgerError(ledger_id)
         self.handles.get_read_only_handle(ledger_id).check_key(master_key)
-        if self.cfg.upstream_behaviour:
-            return "no_active_log"
+        # Whether write-close rotates at all (not with upstream behaviour, not in single-log
+        # mode) is the entry logger's rotation policy's to say.
         rotated = self.storage.rotate_ledger_log(ledger_id, RotationReason.WRITE_CLOSE)
         return "rotated" if rotated else "no_active_log"
 

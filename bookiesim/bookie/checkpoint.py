@@ -17,10 +17,10 @@ import trio
 
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
-from bookiesim.bookie.journal import delete_old_journals
-from bookiesim.bookie.journal_service import JournalService
+from bookiesim.bookie.journal.files import delete_old_journals
+from bookiesim.bookie.journal.log_mark import LogMark, write_last_mark
+from bookiesim.bookie.journal.service import JournalService
 from bookiesim.bookie.ledger_storage import LedgerStorage, StorageFailedError
-from bookiesim.bookie.log_mark import LogMark, write_last_mark
 from bookiesim.bookie.metrics import BookieMetrics
 
 __all__ = ["SyncThread"]

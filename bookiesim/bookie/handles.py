@@ -17,7 +17,7 @@ from __future__ import annotations
 import trio
 
 from bookiesim.bookie.errors import BookieIOError, NoLedgerError, UnauthorizedError
-from bookiesim.bookie.journal_format import FenceRecord, JournalRecord, MasterKeyRecord
+from bookiesim.bookie.journal.records import FenceRecord, JournalRecord, MasterKeyRecord
 from bookiesim.bookie.ledger_state import LedgerEvent, LedgerState, LedgerStateMachine
 from bookiesim.bookie.ledger_storage import LedgerStorage, entry_header
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from bookiesim.bookie.journal import read_last_mark
 from bookiesim.bookie.ledger_storage import StorageFailedError
-from bookiesim.bookie.log_mark import read_last_mark
 from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager

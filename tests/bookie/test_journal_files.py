@@ -18,17 +18,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookiesim.bookie.journal import (
-    JournalWriter,
-    MissingJournalError,
-    ReplayedRecord,
-    delete_old_journals,
-    journal_current_dir,
-    journal_file_name,
-    list_journal_ids,
-    read_journal,
-    replay,
-)
-from bookiesim.bookie.journal_format import (
     ALIGNMENT,
     HEADER_SIZE,
     DataRecord,
@@ -36,12 +25,21 @@ from bookiesim.bookie.journal_format import (
     FenceRecord,
     JournalFormatError,
     JournalRecord,
+    JournalWriter,
+    LogMark,
     MasterKeyRecord,
+    MissingJournalError,
+    ReplayedRecord,
+    delete_old_journals,
     encode_header,
     encode_record,
+    journal_current_dir,
+    journal_file_name,
+    list_journal_ids,
     padding,
+    read_journal,
+    replay,
 )
-from bookiesim.bookie.log_mark import LogMark
 
 PREALLOC = 8 * 1024  # small chunks so tests cross preallocation boundaries
 
@@ -189,7 +187,7 @@ def test_a_failed_write_is_retried_with_the_same_bytes(
 ) -> None:
     # A full disk fails the flush; what was buffered stays buffered, and once the disk has
     # room again the retry writes exactly what one successful flush would have.
-    import bookiesim.bookie.journal as journal_module
+    import bookiesim.bookie.journal.files as journal_module
 
     w = writer(tmp_path)
     w.append_entry(data(1, 0, b"x" * 100).body)

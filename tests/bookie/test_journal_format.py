@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.bookie.journal_format import (
+from bookiesim.bookie.journal import (
     ALIGNMENT,
     END,
     HEADER_SIZE,

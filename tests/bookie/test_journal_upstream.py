@@ -19,22 +19,20 @@ import crc32c
 import pytest
 
 from bookiesim.bookie.journal import (
-    JournalWriter,
-    journal_current_dir,
-    journal_file_name,
-    replay,
-)
-from bookiesim.bookie.journal_format import (
     DataRecord,
     ExplicitLacRecord,
     FenceRecord,
     JournalFormatError,
+    JournalWriter,
     MasterKeyRecord,
     encode_header,
     encode_record,
+    journal_current_dir,
+    journal_file_name,
     padding,
+    read_last_mark,
+    replay,
 )
-from bookiesim.bookie.log_mark import read_last_mark
 
 PASSWD_KEY = b"testPasswd"
 JOURNAL_ID = 0x18F00000000  # any "now in ms"; one journal per test

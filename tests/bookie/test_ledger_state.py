@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from bookiesim.bookie.errors import BookieIOError, UnauthorizedError
 from bookiesim.bookie.handles import LedgerDescriptor
-from bookiesim.bookie.journal_format import FenceRecord, MasterKeyRecord
+from bookiesim.bookie.journal import FenceRecord, MasterKeyRecord
 from bookiesim.bookie.ledger_state import (
     FENCED_STATES,
     KEY_JOURNALED_STATES,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.bookie.log_mark import (
+from bookiesim.bookie.journal import (
     LastMarkFormatError,
     LogMark,
     last_mark_name,

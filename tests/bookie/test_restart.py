@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from bookiesim.bookie.cookie_check import CookieError, stamp_cookies
-from bookiesim.bookie.log_mark import read_last_mark
+from bookiesim.bookie.journal import read_last_mark
 from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager

@@ -21,23 +21,24 @@ from typing import Any
 
 import pytest
 
-from bookiesim.bookie.journal import JournalWriter
-from bookiesim.bookie.journal_format import (
+from bookiesim.bookie.journal import (
     HEADER_SIZE as JOURNAL_HEADER_SIZE,
 )
-from bookiesim.bookie.journal_format import (
+from bookiesim.bookie.journal import (
     METAENTRY_ID_LEDGER_KEY,
     DataRecord,
     ExplicitLacRecord,
     FenceRecord,
     JournalRecord,
+    JournalWriter,
+    LogMark,
     MasterKeyRecord,
     UnknownMetaRecord,
     encode_header,
     encode_record,
+    write_last_mark,
 )
 from bookiesim.bookie.ledger_index import LedgerIndex, index_path
-from bookiesim.bookie.log_mark import LogMark, write_last_mark
 from bookiesim.cli.main import main
 from bookiesim.client.digest import DigestManager
 from bookiesim.entrylog.format import HEADER_SIZE

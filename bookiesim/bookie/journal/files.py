@@ -35,15 +35,14 @@ from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import Final, NamedTuple
 
-from bookiesim.bookie.journal_format import (
+from bookiesim.bookie.journal.decoder import END, NEED_DATA, JournalDecoder
+from bookiesim.bookie.journal.log_mark import LogMark
+from bookiesim.bookie.journal.records import (
     ALIGNMENT,
     CURRENT_VERSION,
-    END,
     MAX_RECORD_SIZE,
-    NEED_DATA,
     VERSION_HEADER_SIZE,
     DataRecord,
-    JournalDecoder,
     JournalFormatError,
     JournalRecord,
     encode_header,
@@ -51,7 +50,6 @@ from bookiesim.bookie.journal_format import (
     padding,
     parse_header,
 )
-from bookiesim.bookie.log_mark import LogMark
 from bookiesim.entrylog.writeback import fsync_directory
 
 __all__ = [

@@ -30,9 +30,17 @@ from dataclasses import dataclass, field
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
-from bookiesim.bookie.journal import JournalWriter
-from bookiesim.bookie.journal_format import JournalRecord
-from bookiesim.bookie.log_mark import LogMark
+from bookiesim.bookie.journal.files import JournalWriter
+from bookiesim.bookie.journal.log_mark import LogMark
+from bookiesim.bookie.journal.records import JournalRecord
+
+__all__ = [
+    "Completion",
+    "GroupCommitPolicy",
+    "JournalFailedError",
+    "JournalService",
+    "SyncObserver",
+]
 
 log = logging.getLogger(__name__)
 
