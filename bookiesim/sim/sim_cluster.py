@@ -23,12 +23,10 @@ from pathlib import Path
 import trio
 
 from bookiesim.bookie.blocking import disk_latency
-from bookiesim.bookie.bookie import Bookie
+from bookiesim.bookie.bookie import AddObserver, Bookie
 from bookiesim.bookie.config import BookieConfig
-from bookiesim.bookie.errors import FencedError
 from bookiesim.bookie.handlers import RequestProcessor
-from bookiesim.bookie.journal_service import Completion
-from bookiesim.bookie.ledger_storage import EntryHeader, entry_header
+from bookiesim.bookie.ledger_storage import EntryHeader
 from bookiesim.bookie.server import BookieServer
 from bookiesim.metadata.errors import MetadataError, NodeExistsError
 from bookiesim.metadata.ledgers import LedgerManager
@@ -66,45 +64,17 @@ SIM_BOOKIE_SETTINGS: dict[str, object] = {
 and compacts many times."""
 
 
-class ObservedBookie(Bookie):
-    """The real bookie, with A1 checked on its add path: a ledger fenced before the add
-    must refuse a normal add."""
+def fenced_add_observer(history: History, bookie_id: str) -> AddObserver:
+    """A1 checked on the real bookie's add path: a ledger fenced before the add must refuse
+    a normal add. Passed to the bookie as an add observer, so the bookie runs unchanged."""
 
-    def __init__(self, cfg: BookieConfig, history: History, bookie_id: str) -> None:
-        super().__init__(cfg)
-        self.history = history
-        self.bookie_id = bookie_id
-
-    def add_entry(
-        self,
-        body: bytes,
-        master_key: bytes,
-        done: Completion,
-        *,
-        recovery: bool = False,
-        ack_before_sync: bool = False,
-        header: EntryHeader | None = None,
-    ) -> EntryHeader:
-        if header is None:
-            header = entry_header(body)
-        lid = header.ledger_id
-        fenced = self.storage.ledger_exists(lid) and self.storage.is_fenced(lid)
-        try:
-            result = super().add_entry(
-                body,
-                master_key,
-                done,
-                recovery=recovery,
-                ack_before_sync=ack_before_sync,
-                header=header,
-            )
-        except FencedError:
-            raise
+    def observe(header: EntryHeader, recovery: bool, fenced: bool) -> None:
         if fenced and not recovery:
-            self.history.violation(
-                "A1", f"{self.bookie_id} accepted a normal add to fenced ledger {lid}"
+            history.violation(
+                "A1", f"{bookie_id} accepted a normal add to fenced ledger {header.ledger_id}"
             )
-        return result
+
+    return observe
 
 
 class SimBookie:
@@ -117,7 +87,7 @@ class SimBookie:
         self.root = Path(cfg.ledger_directories[0]).parent
         self.cfg = cfg
         self.faults = cluster.disk.add_root(self.root)
-        self.bookie: ObservedBookie | None = None
+        self.bookie: Bookie | None = None
         self.incarnation = 0
         self.crashes = 0
         self._scope: trio.CancelScope | None = None
@@ -161,7 +131,9 @@ class SimBookie:
         started = False
         try:
             with scope:
-                bookie = ObservedBookie(self.cfg, history, self.bookie_id)
+                bookie = Bookie(
+                    self.cfg, add_observers=[fenced_add_observer(history, self.bookie_id)]
+                )
                 async with trio.open_nursery() as nursery:
                     await nursery.start(bookie.run)
                     bookie.gc.ledger_source = LedgerManager(self.cluster.store)
