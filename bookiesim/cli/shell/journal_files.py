@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from bookiesim.bookie.journal import JournalScan, journal_file_name, read_journal
-from bookiesim.bookie.journal_format import (
+from bookiesim.bookie.journal import (
+    LAST_MARK_FILE,
     METAENTRY_ID_FENCE_KEY,
     METAENTRY_ID_LEDGER_EXPLICITLAC,
     METAENTRY_ID_LEDGER_KEY,
@@ -19,11 +19,14 @@ from bookiesim.bookie.journal_format import (
     ExplicitLacRecord,
     FenceRecord,
     JournalRecord,
+    JournalScan,
     MasterKeyRecord,
+    journal_file_name,
+    read_journal,
+    read_last_mark,
 )
 from bookiesim.bookie.ledger_index import HEADER_SIZE as INDEX_HEADER_SIZE
 from bookiesim.bookie.ledger_index import IndexFile, parse_index_file_name
-from bookiesim.bookie.log_mark import LAST_MARK_FILE, read_last_mark
 from bookiesim.cli.shell.common import (
     LAC_IN_BLOB,
     LAC_IN_BODY,
