@@ -356,12 +356,7 @@ class LogFiles:
             return self._relocate(writer, dir_index)
         log_id = writer.log_id
         home = self._dir_of[log_id]
-        try:
-            with self.io_lock:
-                writer.close(discard_buffer=True)  # still 0 bytes on disk
-        finally:
-            del self._writers[log_id]
-            del self._dir_of[log_id]
+        self._close_writer(writer, discard_buffer=True)  # still 0 bytes on disk
         self._move(log_id, LogEvent.RETURN_TO_POOL)
         self.pool.put_back(home, log_id)
         return self._open_log(dir_index)
@@ -369,15 +364,17 @@ class LogFiles:
     def _relocate(self, writer: EntryLogWriter, dir_index: int) -> EntryLogWriter:
         """Move a preallocated (never written, 0-byte) log to another dir, keeping its id."""
         log_id = writer.log_id
-        self._close_writer(writer)
-        os.unlink(writer.fspath)
         try:
+            self._close_writer(writer, discard_buffer=True)  # its header: nothing to keep
+            os.unlink(writer.fspath)
             moved = self._writer(dir_index, log_id, create=True)
-        except FileExistsError:
-            # A stray file with this id appeared in the target dir: give the id up.
+        except OSError as e:
+            # Held by nothing now: give the id up, or it would pin leastUnflushedLogId.
             with self.io_lock:
                 self.give_up(log_id, unused_file=True)
-            return self._allocate(dir_index)
+            if not isinstance(e, FileExistsError):
+                raise
+            return self._allocate(dir_index)  # a stray file with this id in the target dir
         with self.io_lock:
             self.dir_creations[dir_index] += 1
         self._move(log_id, LogEvent.RELOCATE)
@@ -427,12 +424,12 @@ class LogFiles:
             self._on_rotate(event)
         return event
 
-    def _close_writer(self, writer: EntryLogWriter) -> None:
+    def _close_writer(self, writer: EntryLogWriter, *, discard_buffer: bool = False) -> None:
         """Close under the io lock (see the module docstring) and forget the writer."""
         log_id = writer.log_id
         try:
             with self.io_lock:
-                writer.close()
+                writer.close(discard_buffer=discard_buffer)
         finally:
             del self._writers[log_id]
             del self._dir_of[log_id]

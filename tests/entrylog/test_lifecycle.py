@@ -8,13 +8,16 @@ the simulator call after every step, and by the refusals at the end of this modu
 
 from __future__ import annotations
 
+import errno
 import itertools
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.entrylog.format import log_file_name
 from bookiesim.entrylog.lifecycle import (
     FINAL_STATES,
     TRANSITIONS,
@@ -134,3 +137,58 @@ def test_log_files_refuse_moves_outside_the_table(tmp_path: Path) -> None:
     assert files.logs_in(LogState.POOLED) == []
     assert files.state_of(pre) is LogState.FLUSHED  # given up: no longer kept
     logger._check()
+
+
+def _preallocated_in_the_busier_dir(tmp_path: Path) -> tuple[EntryLogger, int]:
+    # Two dirs: ledger 1 writes log 0 in dir 0, ledger 2 log 1 in dir 1, log 2 waits
+    # preallocated in dir 0; once ledger 2's log rotates, dir 1 is the less loaded.
+    logger = EntryLogger([tmp_path / "a", tmp_path / "b"])
+    logger.add_entry(1, upstream_entry(1, 0))
+    logger.add_entry(2, upstream_entry(2, 0))
+    assert logger.rotate_ledger(2, RotationReason.WRITE_CLOSE)
+    pre = logger.preallocated_log_id
+    assert pre == 2
+    assert logger.log_path(pre).parent == logger.current_dirs[0]
+    return logger, pre
+
+
+def test_a_preallocated_log_that_cannot_move_is_given_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the state table: the log used to stay registered unflushed while nothing held
+    # it, pinning leastUnflushedLogId for the rest of the run.
+    logger, pre = _preallocated_in_the_busier_dir(tmp_path)
+    real_unlink = os.unlink
+
+    def failing_unlink(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        raise OSError(errno.EIO, "I/O error", os.fspath(path))
+
+    monkeypatch.setattr(os, "unlink", failing_unlink)
+    with pytest.raises(OSError, match="I/O error"):
+        logger.add_entry(3, upstream_entry(3, 0))
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    assert logger._files.state_of(pre) is LogState.FLUSHED  # given up: no longer kept
+    assert logger.preallocated_log_id is None
+    logger._check()
+    logger.add_entry(3, upstream_entry(3, 0))
+    assert logger.current_log_id(3) == 3
+    logger.checkpoint()
+    assert logger.rotate_ledger(1, RotationReason.WRITE_CLOSE)
+    assert logger.rotate_ledger(3, RotationReason.WRITE_CLOSE)
+    logger.checkpoint()
+    assert logger.least_unflushed_log_id > 3  # log 2 pins nothing
+    logger._check()
+    logger.close()
+
+
+def test_a_stray_file_where_the_preallocated_log_moves_takes_a_new_id(tmp_path: Path) -> None:
+    logger, pre = _preallocated_in_the_busier_dir(tmp_path)
+    stray = logger.current_dirs[1] / log_file_name(pre)
+    stray.write_bytes(b"not ours")
+    logger.add_entry(3, upstream_entry(3, 0))
+    assert logger.current_log_id(3) == 3
+    assert logger.log_path(3).parent == logger.current_dirs[1]
+    assert logger._files.state_of(pre) is LogState.FLUSHED  # given up
+    assert stray.read_bytes() == b"not ours"
+    logger._check()
+    logger.close()
