@@ -32,7 +32,7 @@ from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.bookie.process import GIL_SWITCH_INTERVAL
 from bookiesim.bookie.server import BookieServer
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto.responses import encode_add_response
+from bookiesim.proto.v3 import encode_add_response
 
 
 class NoStorageProcessor:

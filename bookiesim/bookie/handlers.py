@@ -29,7 +29,7 @@ from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import encode_frame
-from bookiesim.proto.responses import encode_add_response
+from bookiesim.proto.v3 import encode_add_response, error_response, response_for
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +51,6 @@ V2_NAMES = {
     v2.OpCode.BATCH_READ_ENTRY: "batch_read_entry",
     v2.OpCode.AUTH: "auth",
 }
-
-
-def _response(request: pb.Request, status: Status) -> pb.Response:
-    header = request.header
-    return pb.Response(
-        header=pb.BKPacketHeader(
-            version=pb.VERSION_THREE, operation=header.operation, txnId=header.txnId
-        ),
-        status=status,
-    )
 
 
 class RequestProcessor:
@@ -96,39 +86,39 @@ class RequestProcessor:
         """Handle an operation that does not wait (everything but :meth:`needs_task`)."""
         started = time.perf_counter()
         if request.header.version != pb.VERSION_THREE:
-            self._finish(request, _response(request, pb.EBADVERSION), started, respond)
+            self._finish(request, response_for(request, pb.EBADVERSION), started, respond)
             return
         op = request.header.operation
         handler = self._sync_handlers.get(op)
         try:
             if handler is None:
                 # Upstream's default branch: a bare response with EBADREQ.
-                response = _response(request, pb.EBADREQ)
+                response = response_for(request, pb.EBADREQ)
             else:
                 maybe = handler(self, request, started, respond)
                 if maybe is None:
                     return  # responds later (journal callback)
                 response = maybe
         except BookieError as exc:
-            response = self._error_response(request, exc.status)
+            response = error_response(request, exc.status)
         except Exception:
             log.exception("unexpected error handling %s", OPERATION_NAMES.get(op, op))
-            response = self._error_response(request, pb.EBADREQ)
+            response = error_response(request, pb.EBADREQ)
         self._finish(request, response, started, respond)
 
     async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
         """Fencing reads and long-poll reads."""
         started = time.perf_counter()
         if request.header.version != pb.VERSION_THREE:
-            self._finish(request, _response(request, pb.EBADVERSION), started, respond)
+            self._finish(request, response_for(request, pb.EBADVERSION), started, respond)
             return
         try:
             response = await self._read_waiting(request)
         except BookieError as exc:
-            response = self._error_response(request, exc.status)
+            response = error_response(request, exc.status)
         except Exception:
             log.exception("unexpected error in a waiting read")
-            response = self._error_response(request, pb.EBADREQ)
+            response = error_response(request, pb.EBADREQ)
         self._finish(request, response, started, respond)
 
     # -- operations shared by v3 and v2 -------------------------------------------------------
@@ -177,49 +167,6 @@ class RequestProcessor:
         return tuple(entries)
 
     # -- helpers -----------------------------------------------------------------------
-
-    def _error_response(self, request: pb.Request, status: Status) -> pb.Response:
-        """An error response with the operation's own sub-message, as upstream fills it."""
-        response = _response(request, status)
-        op = request.header.operation
-        st = status
-        if op == pb.ADD_ENTRY and request.HasField("addRequest"):
-            add = request.addRequest
-            response.addResponse.CopyFrom(
-                pb.AddResponse(status=st, ledgerId=add.ledgerId, entryId=add.entryId)
-            )
-        elif op == pb.READ_ENTRY and request.HasField("readRequest"):
-            read = request.readRequest
-            response.readResponse.CopyFrom(
-                pb.ReadResponse(status=st, ledgerId=read.ledgerId, entryId=read.entryId)
-            )
-        elif op == pb.WRITE_LAC and request.HasField("writeLacRequest"):
-            response.writeLacResponse.CopyFrom(
-                pb.WriteLacResponse(status=st, ledgerId=request.writeLacRequest.ledgerId)
-            )
-        elif op == pb.READ_LAC and request.HasField("readLacRequest"):
-            response.readLacResponse.CopyFrom(
-                pb.ReadLacResponse(status=st, ledgerId=request.readLacRequest.ledgerId)
-            )
-        elif op == pb.FORCE_LEDGER and request.HasField("forceLedgerRequest"):
-            response.forceLedgerResponse.CopyFrom(
-                pb.ForceLedgerResponse(status=st, ledgerId=request.forceLedgerRequest.ledgerId)
-            )
-        elif op == pb.WRITE_CLOSE and request.HasField("writeCloseRequest"):
-            response.writeCloseResponse.CopyFrom(
-                pb.WriteCloseResponse(status=st, ledgerId=request.writeCloseRequest.ledgerId)
-            )
-        elif op == pb.GET_LIST_OF_ENTRIES_OF_LEDGER and request.HasField(
-            "getListOfEntriesOfLedgerRequest"
-        ):
-            response.getListOfEntriesOfLedgerResponse.CopyFrom(
-                pb.GetListOfEntriesOfLedgerResponse(
-                    status=st, ledgerId=request.getListOfEntriesOfLedgerRequest.ledgerId
-                )
-            )
-        elif op == pb.GET_BOOKIE_INFO:
-            response.getBookieInfoResponse.CopyFrom(pb.GetBookieInfoResponse(status=st))
-        return response
 
     def _require(self, request: pb.Request, field: str) -> None:
         if not request.HasField(field):  # type: ignore[arg-type]
@@ -276,7 +223,7 @@ class RequestProcessor:
         """EOK with the entry; ``lac`` is the bookie's LAC for ``maxLAC``, which upstream
         leaves out of fencing reads' answers (as recorded: conn 5 of the wire vectors)."""
         read = request.readRequest
-        response = _response(request, pb.EOK)
+        response = response_for(request, pb.EOK)
         rr = response.readResponse
         rr.status = pb.EOK
         rr.ledgerId = read.ledgerId
@@ -321,7 +268,7 @@ class RequestProcessor:
 
         def done(error: BaseException | None) -> None:
             status = pb.EOK if error is None else pb.EIO
-            response = _response(request, status)
+            response = response_for(request, status)
             response.writeLacResponse.CopyFrom(
                 pb.WriteLacResponse(status=status, ledgerId=wl.ledgerId)
             )
@@ -335,8 +282,8 @@ class RequestProcessor:
         ledger_id = request.readLacRequest.ledgerId
         explicit, last = self.bookie.read_lac(ledger_id)
         if explicit is None and last is None:
-            return self._error_response(request, pb.ENOENTRY)
-        response = _response(request, pb.EOK)
+            return error_response(request, pb.ENOENTRY)
+        response = response_for(request, pb.EOK)
         rl = response.readLacResponse
         rl.status = pb.EOK
         rl.ledgerId = ledger_id
@@ -354,7 +301,7 @@ class RequestProcessor:
 
         def done(error: BaseException | None) -> None:
             status = pb.EOK if error is None else pb.EIO
-            response = _response(request, status)
+            response = response_for(request, status)
             response.forceLedgerResponse.CopyFrom(
                 pb.ForceLedgerResponse(status=status, ledgerId=ledger_id)
             )
@@ -370,7 +317,7 @@ class RequestProcessor:
             else 0
         )
         total, free = self.bookie.disk_usage()
-        response = _response(request, pb.EOK)
+        response = response_for(request, pb.EOK)
         info = response.getBookieInfoResponse
         info.status = pb.EOK
         if requested & pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY:
@@ -383,7 +330,7 @@ class RequestProcessor:
         self._require(request, "getListOfEntriesOfLedgerRequest")
         ledger_id = request.getListOfEntriesOfLedgerRequest.ledgerId
         entries = self.bookie.entry_ids(ledger_id)
-        response = _response(request, pb.EOK)
+        response = response_for(request, pb.EOK)
         out = response.getListOfEntriesOfLedgerResponse
         out.status = pb.EOK
         out.ledgerId = ledger_id
@@ -392,7 +339,7 @@ class RequestProcessor:
 
     def _auth(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
         # Auth is disabled: every connection is authenticated; a stray AUTH gets EOK.
-        response = _response(request, pb.EOK)
+        response = response_for(request, pb.EOK)
         response.authResponse.CopyFrom(
             pb.AuthMessage(authPluginName=AUTH_DISABLED_PLUGIN, payload=b"")
         )
@@ -408,7 +355,7 @@ class RequestProcessor:
             self.metrics.write_close(label)
             raise
         self.metrics.write_close(outcome)
-        response = _response(request, pb.EOK)
+        response = response_for(request, pb.EOK)
         response.writeCloseResponse.CopyFrom(
             pb.WriteCloseResponse(status=pb.EOK, ledgerId=wc.ledgerId)
         )

@@ -32,8 +32,8 @@ from bookiesim.proto.frames import (
     FrameDecoder,
     FrameError,
     encode_frame,
-    parse_request,
 )
+from bookiesim.proto.v3 import parse_request
 
 log = logging.getLogger(__name__)
 

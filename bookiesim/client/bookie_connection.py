@@ -43,8 +43,8 @@ from bookiesim.proto.frames import (
     FrameDecoder,
     FrameError,
     encode_frame,
-    parse_response,
 )
+from bookiesim.proto.v3 import parse_response
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,9 @@ import trio
 
 from bookiesim.client.bookie_connection import BookieConnection
 from bookiesim.client.errors import BKError, BookieUnavailableError
-from bookiesim.client.wire import NotOnV2Error, WireRequest, encode_request, to_v2
+from bookiesim.client.wire import NotOnV2Error, to_v2
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.v3 import WireRequest, encode_request
 
 __all__ = ["BookieConnector", "BookiePool", "Outcome", "OutcomeCallback", "tcp_connector"]
 

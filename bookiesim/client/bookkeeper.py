@@ -44,7 +44,6 @@ from bookiesim.client.errors import (
 from bookiesim.client.ledger_handle import LedgerHandle
 from bookiesim.client.read_handle import LedgerEntry, ReadOnlyLedgerHandle
 from bookiesim.client.recovery import recover_ledger
-from bookiesim.client.wire import from_message
 from bookiesim.metadata.cluster import refuse_previous_uri_form
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.factory import open_store
@@ -57,6 +56,7 @@ from bookiesim.metadata.ledgers import (
 from bookiesim.metadata.registration import BookieInfo, bookie_address, live_bookies
 from bookiesim.metadata.store import MetadataStore
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.v3 import from_message
 
 __all__ = ["BookKeeper", "ClientConfig", "ClientStats", "EnsembleProposal"]
 

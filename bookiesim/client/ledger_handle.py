@@ -65,11 +65,11 @@ from bookiesim.client.handle_state import (
     next_state,
 )
 from bookiesim.client.read_handle import ReadOnlyLedgerHandle
-from bookiesim.client.wire import WireRequest, add_request, from_message
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.v3 import WireRequest, add_request, from_message
 
 __all__ = ["AddFuture", "LedgerHandle"]
 

@@ -27,10 +27,10 @@ from bookiesim.client.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
-from bookiesim.client.wire import read_request
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.v3 import read_request
 
 __all__ = ["LedgerEntry", "ReadOnlyLedgerHandle"]
 

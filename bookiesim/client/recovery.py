@@ -57,10 +57,10 @@ from bookiesim.client.errors import (
 )
 from bookiesim.client.ledger_handle import LedgerHandle
 from bookiesim.client.read_handle import ReadOnlyLedgerHandle
-from bookiesim.client.wire import read_request
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.v3 import read_request
 
 __all__ = ["recover_ledger"]
 

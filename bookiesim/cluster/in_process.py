@@ -45,7 +45,8 @@ from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, BookieRegistration
 from bookiesim.metadata.store import MetadataStore
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame, parse_request
+from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
+from bookiesim.proto.v3 import parse_request
 
 __all__ = [
     "ClusterBookie",

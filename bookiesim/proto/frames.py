@@ -4,7 +4,8 @@ Why sans-IO: the bookie's trio loop, the client, the deterministic simulation an
 all need the same frame splitting, and none of them should care where the bytes came from.
 As in h11, the caller owns the socket: it feeds received bytes with
 :meth:`FrameDecoder.receive_data` and pulls frames with :meth:`FrameDecoder.next_frame`
-until it gets :data:`NEED_DATA`; it sends ``encode_frame(message)``.
+until it gets :data:`NEED_DATA`; it sends ``encode_frame(message)``. What is in a frame is
+:mod:`.v3`'s (or :mod:`.v2`'s) business.
 
 Wire format, both directions and both protocol versions: a 4-byte big-endian length N, then
 N bytes (a serialized v3 ``Request``/``Response``, or a v2 packet). Upstream decodes with
@@ -28,11 +29,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Final, Literal, NoReturn, Protocol, cast
-
-from google.protobuf.message import DecodeError, Message
-
-from bookiesim.proto.BookkeeperProtocol_pb2 import Request, Response
+from typing import Final, Literal, NoReturn
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -41,8 +38,6 @@ __all__ = [
     "FrameError",
     "NeedData",
     "encode_frame",
-    "parse_request",
-    "parse_response",
 ]
 
 DEFAULT_MAX_FRAME_SIZE: Final = 5 * 1024 * 1024
@@ -183,49 +178,3 @@ class FrameDecoder:
             )
         self._error = f"{reason} (length field at stream offset {self._consumed + self._pos})"
         raise FrameError(self._error)
-
-
-def _describe(frame: Buffer) -> str:
-    view = memoryview(frame)
-    head = view[:16].hex()
-    return f"{view.nbytes}-byte frame starting {head or '(empty)'}"
-
-
-class _InitializationErrors(Protocol):
-    # Present on messages of every protobuf backend, missing from types-protobuf.
-    def FindInitializationErrors(self) -> list[str]: ...
-
-
-def _missing_fields(message: Message) -> str:
-    return ", ".join(cast(_InitializationErrors, message).FindInitializationErrors())
-
-
-def parse_request(frame: bytes) -> Request:
-    """Parse a v3 ``Request``; :class:`FrameError` names what failed.
-
-    upb's ``ParseFromString`` does not check proto2 ``required`` fields, so we do: a frame
-    from an upstream peer that lacks one (or carries an enum value we do not know, which
-    proto2 treats as an unknown field) is as unusable as a corrupt one.
-    """
-    request = Request()
-    try:
-        request.ParseFromString(frame)
-    except DecodeError as exc:
-        raise FrameError(f"cannot parse a v3 Request from a {_describe(frame)}: {exc}") from None
-    if not request.IsInitialized():
-        missing = _missing_fields(request)
-        raise FrameError(f"v3 Request is missing required fields {missing} ({_describe(frame)})")
-    return request
-
-
-def parse_response(frame: bytes) -> Response:
-    """Parse a v3 ``Response``; :class:`FrameError` names what failed (as :func:`parse_request`)."""
-    response = Response()
-    try:
-        response.ParseFromString(frame)
-    except DecodeError as exc:
-        raise FrameError(f"cannot parse a v3 Response from a {_describe(frame)}: {exc}") from None
-    if not response.IsInitialized():
-        missing = _missing_fields(response)
-        raise FrameError(f"v3 Response is missing required fields {missing} ({_describe(frame)})")
-    return response

@@ -37,9 +37,8 @@ from bookiesim.proto.frames import (
     NEED_DATA,
     FrameDecoder,
     encode_frame,
-    parse_request,
-    parse_response,
 )
+from bookiesim.proto.v3 import parse_request, parse_response
 
 __all__ = ["Frame", "NetworkFaults", "SimConnection", "SimNetwork", "Verdict"]
 

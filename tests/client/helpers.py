@@ -9,9 +9,9 @@ import trio
 
 from bookiesim.client import BookieUnavailableError, BookKeeper
 from bookiesim.client.distribution import RoundRobinDistribution
-from bookiesim.client.wire import read_request
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.v3 import read_request
 
 
 def payload(ledger_id: int, entry_id: int, size: int = 16) -> bytes:

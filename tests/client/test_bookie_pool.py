@@ -15,11 +15,12 @@ import trio.testing
 from bookiesim.client import BKError, BookieUnavailableError, BookKeeper, ClientConfig
 from bookiesim.client.bookie_connection import BookieConnection
 from bookiesim.client.bookie_pool import BookiePool
-from bookiesim.client.wire import add_request, from_message, read_request, to_v2
+from bookiesim.client.wire import to_v2
 from bookiesim.cluster.in_process import FaultyConnector, LocalCluster, stable_port
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import FrameDecoder, encode_frame
+from bookiesim.proto.v3 import add_request, from_message, read_request
 
 
 async def test_unreachable_bookie_fails_fast() -> None:

@@ -1,7 +1,8 @@
 """Hand-encoded requests are byte-for-byte what the generated protobuf code writes.
 
 Why: the client's add and read requests bypass the generated classes for speed
-(:mod:`bookiesim.client.wire`); a bookie — ours or upstream's — must not be able to tell.
+(:mod:`bookiesim.proto.v3`, and the v2 bridge :mod:`bookiesim.client.wire`); a bookie —
+ours or upstream's — must not be able to tell.
 """
 
 from __future__ import annotations
@@ -10,19 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.client.wire import (
+from bookiesim.client.wire import NotOnV2Error, response_from_v2, to_v2
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto import v2
+from bookiesim.proto.v3 import (
     HIGH_PRIORITY,
-    NotOnV2Error,
     WireRequest,
     add_request,
     encode_request,
     from_message,
     read_request,
-    response_from_v2,
-    to_v2,
 )
-from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto import v2
 from tests.interop.vectors import wire_session_frames
 
 ids = st.integers(-(2**63), 2**63 - 1)

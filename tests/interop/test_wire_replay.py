@@ -42,7 +42,8 @@ from bookiesim.bookie.process import BookieService
 from bookiesim.cluster.testing import bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
-from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame, parse_response
+from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
+from bookiesim.proto.v3 import parse_response
 from tests.interop.vectors import wire_frames
 
 V3_CONNS = (1, 3, 4, 5)

@@ -21,9 +21,8 @@ from bookiesim.proto.frames import (
     FrameDecoder,
     FrameError,
     encode_frame,
-    parse_request,
-    parse_response,
 )
+from bookiesim.proto.v3 import parse_request, parse_response
 
 messages = st.lists(st.binary(max_size=300), max_size=20)
 

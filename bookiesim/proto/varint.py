@@ -1,0 +1,36 @@
+"""Protobuf varints, for the frames :mod:`.v3` writes by hand (sans-IO).
+
+The hot frames (adds, reads, add responses) are concatenations of fields; a field's tag and
+every integer in it is a varint. Both the bookie's responses and the client's requests use
+this one encoder.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["varint"]
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_TABLE_SIZE: Final = 1 << 14
+_TABLE: Final = [_encode_varint(v) for v in range(_TABLE_SIZE)]
+"""Every one- and two-byte varint, ready: entry ids, lengths and most txnIds are below
+16,384, and the encoding loop cost more than the rest of building a request."""
+
+
+def varint(value: int) -> bytes:
+    """Protobuf varint of an int64/uint64 (negative values take ten bytes)."""
+    if 0 <= value < _TABLE_SIZE:
+        return _TABLE[value]
+    if value < 0:
+        value += 1 << 64
+    return _encode_varint(value)
