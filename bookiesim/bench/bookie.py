@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -61,7 +60,7 @@ from bookiesim.bench.baseline import (
 )
 from bookiesim.bench.report import positive_int
 from bookiesim.client.digest import METADATA_LENGTH, DigestType
-from bookiesim.cluster.testing import BookieProcessHandle, announced_process, bookie_process
+from bookiesim.cluster.processes import LocalBookie, bookie_process
 
 STOP_TIMEOUT = 300.0
 """Seconds a bookie may take to stop cleanly after a run."""
@@ -83,7 +82,7 @@ def journal_counters(http_port: int) -> tuple[float, float]:
 
 
 def run_load(
-    bookie: BookieProcessHandle, *, ledgers: int, adds: int, size: int, rate: float | None = None
+    bookie: LocalBookie, *, ledgers: int, adds: int, size: int, rate: float | None = None
 ) -> dict[str, Any]:
     """The load client against a bookie, with the bookie's fsyncs and entries per fsync."""
     syncs_before, entries_before = journal_counters(bookie.http_port)
@@ -136,15 +135,13 @@ def run_client(
 
 
 @contextmanager
-def transport_floor_process(*settings: str) -> Iterator[tuple[int, int]]:
-    """The no-storage server of :mod:`transport_floor` as a child process: (port, pid)."""
-    args = [sys.executable, "-m", "bookiesim.bench.transport_floor"]
-    for setting in settings:
-        args += ["--set", setting]
-    with announced_process(args, "transport floor") as (proc, ready):
-        yield int(ready["bookiePort"]), proc.pid
-        proc.send_signal(signal.SIGTERM)
-        if code := proc.wait(timeout=30):
+def transport_floor_process(root: Path, *settings: str) -> Iterator[tuple[int, int]]:
+    """The no-storage server of :mod:`transport_floor` as a child process: (port, pid). It
+    starts, announces itself and stops as a bookie does (its log: ``root/bookie.log``)."""
+    program = (sys.executable, "-m", "bookiesim.bench.transport_floor")
+    with bookie_process(root, *settings, program=program) as floor:
+        yield floor.bookie_port, floor.proc.pid
+        if code := floor.stop():
             raise RuntimeError(f"transport floor exited with {code} after SIGTERM")
 
 
@@ -274,7 +271,7 @@ def _scenarios(root: Path, plan: BenchPlan, progress: Any, repetition: int) -> d
         if rate is not None:
             # The same client at the same rate against the bookie's server and group wait
             # with no storage: the least p99 any bookie could show here.
-            with transport_floor_process(*settings) as (port, pid):
+            with transport_floor_process(root / "transport-floor", *settings) as (port, pid):
                 floor = run_client(
                     port, pid, ledgers=scenario.ledgers, adds=adds, size=size, rate=rate
                 )

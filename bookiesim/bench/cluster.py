@@ -52,7 +52,7 @@ from bookiesim.bench.report import (
     step_progress,
 )
 from bookiesim.client import AddFuture, BookKeeper, ClientConfig
-from bookiesim.cluster.testing import BookieProcessHandle, bookie_process
+from bookiesim.cluster.processes import LocalBookie, bookie_process
 from bookiesim.console import make_console
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import watch_live_bookies
@@ -150,7 +150,7 @@ async def measure_recovery(store: MetadataStore, entries: int, size: int) -> tup
 
 
 @contextmanager
-def _bookies(root: Path, n: int, uri: str) -> Iterator[list[BookieProcessHandle]]:
+def _bookies(root: Path, n: int, uri: str) -> Iterator[list[LocalBookie]]:
     with ExitStack() as stack:
         yield [
             stack.enter_context(

@@ -1,10 +1,16 @@
-"""Local bookie processes: start them, wait for their ready lines, stop them.
+"""Bookie processes: start them, wait for their ready lines, stop them. The one process
+spawner of the project.
 
-Shared by ``bookiesim demo`` and ``bookiesim cluster``. Each bookie is a ``bookiesim bookie``
-child in its own session (a Ctrl-C at the terminal reaches only the parent, which then stops
-its bookies, or — for ``cluster up`` — leaves them running on purpose), with its stderr in
-``<root>/bookie.log``. Every wait has a timeout and every failure is one
-:class:`ClusterError` whose message says which bookie, what happened and where its log is.
+Each bookie is a ``bookiesim bookie`` child in its own session (a Ctrl-C at the terminal reaches
+only the parent, which then stops its bookies, or — for ``cluster up`` — leaves them running on
+purpose), with its stderr in ``<root>/bookie.log``. It announces itself with one JSON line on
+stdout (``bookiePort``, ``httpServerPort``, ...). Every wait has a timeout and every failure is
+one :class:`ClusterError` whose message says which bookie, what happened and where its log is.
+
+Users: ``bookiesim cluster``/``demo`` (:func:`spawn_bookie`, :func:`wait_ready`,
+:func:`stop_bookies`) and tests and benchmarks (:func:`bookie_process`, one bookie for the
+length of a block; ``program`` also runs the transport floor, a stand-in bookie that
+announces itself the same way).
 """
 
 from __future__ import annotations
@@ -17,13 +23,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bookiesim.bookie import exit_codes
 
 HOST = "127.0.0.1"
+BOOKIE_PROGRAM = (sys.executable, "-m", "bookiesim", "bookie")
+"""The command that runs one bookie; it takes ``--set key=value`` settings."""
+READY_TIMEOUT = 30.0
 
 
 class ClusterError(Exception):
@@ -80,6 +90,18 @@ class LocalBookie:
             return f"pid {self.proc.pid}, running"
         return f"pid {self.proc.pid}, {exit_description(code)}; log: {self.log_path}"
 
+    def kill9(self) -> None:
+        """SIGKILL: no final checkpoint, no flushed buffers — a crash."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.exit_code = self.proc.wait()
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait; returns the exit code (0 for a clean stop)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.exit_code = self.proc.wait(timeout=timeout)
+        return self.exit_code
+
     def log_tail(self, lines: int = 8) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
@@ -122,11 +144,19 @@ def bookie_settings(root: Path, *extra: str, flush_interval_ms: int = 10_000) ->
     ]
 
 
-def spawn_bookie(name: str, root: Path, settings: Sequence[str]) -> LocalBookie:
+def spawn_bookie(
+    name: str,
+    root: Path,
+    settings: Sequence[str],
+    *,
+    program: Sequence[str] = BOOKIE_PROGRAM,
+    new_root: bool = True,
+) -> LocalBookie:
     """Start ``bookiesim bookie`` in its own session (a Ctrl-C reaches only the demo, which
-    then stops its bookies); stdout is a pipe for the ready line, stderr goes to a log file."""
-    root.mkdir(parents=True)
-    args = [sys.executable, "-m", "bookiesim", "bookie"]
+    then stops its bookies); stdout is a pipe for the ready line, stderr goes to a log file.
+    ``root`` must not exist unless ``new_root`` is False (a bookie restarted on its data)."""
+    root.mkdir(parents=True, exist_ok=not new_root)
+    args = list(program)
     for setting in settings:
         args += ["--set", setting]
     with (root / "bookie.log").open("wb") as log_file:
@@ -179,7 +209,8 @@ def _parse_ready(bookie: LocalBookie, line: bytes) -> None:
     try:
         ready = json.loads(line)
         bookie.bookie_port = int(ready["bookiePort"])
-        bookie.http_port = int(ready["httpServerPort"])
+        # No admin API (the transport floor) announces no httpServerPort.
+        bookie.http_port = int(ready.get("httpServerPort", 0))
     except (ValueError, KeyError, TypeError) as exc:
         raise ClusterError(
             f"{bookie.name}: unexpected ready line {line[:200]!r} ({exc}){_tail(bookie)}"
@@ -225,5 +256,34 @@ def stop_bookies(bookies: Sequence[LocalBookie], timeout: float) -> None:
             bookie.proc.kill()
             bookie.proc.wait()
             bookie.killed = True
+        if bookie.proc.stdout is not None:
+            bookie.proc.stdout.close()
+
+
+@contextmanager
+def bookie_process(
+    root: Path,
+    *settings: str,
+    program: Sequence[str] = BOOKIE_PROGRAM,
+    timeout: float = READY_TIMEOUT,
+) -> Iterator[LocalBookie]:
+    """Run one bookie child with its dirs under ``root`` (which may hold its data from an
+    earlier run) for the length of the block, ready when the block starts; ``settings`` are
+    extra ``key=value`` overrides. It is killed on leaving the block if it still runs."""
+    base = (
+        "bookiePort=0",
+        "httpServerPort=0",
+        f"journalDirectory={root / 'journal'}",
+        f"ledgerDirectories={root / 'ledgers'}",
+        "journalPreAllocSizeMB=1",
+    )
+    bookie = spawn_bookie(root.name, root, (*base, *settings), program=program, new_root=False)
+    try:
+        wait_ready([bookie], timeout)
+        yield bookie
+    finally:
+        if bookie.proc.poll() is None:
+            bookie.proc.kill()
+            bookie.exit_code = bookie.proc.wait()
         if bookie.proc.stdout is not None:
             bookie.proc.stdout.close()

@@ -11,16 +11,9 @@ Everything listens on 127.0.0.1 with free ports; directories live under the give
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -145,64 +138,3 @@ async def bookie_client(
     assert address is not None, "bookie is not serving yet"
     async with connect(address.host, address.bookie_port) as conn:
         yield BookieTestClient(conn, password)
-
-
-@dataclass
-class BookieProcessHandle:
-    """A ``bookiesim bookie`` child process and the ports from its ready line."""
-
-    proc: subprocess.Popen[str]
-    bookie_port: int
-    http_port: int
-
-    def kill9(self) -> None:
-        """SIGKILL: no final checkpoint, no flushed buffers — a crash."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self, timeout: float = 30) -> int:
-        """SIGTERM and wait; returns the exit code (0 for a clean stop)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-
-@contextmanager
-def announced_process(args: list[str], name: str) -> Iterator[tuple[subprocess.Popen[str], Any]]:
-    """Run ``args`` as a child whose first stdout line is a JSON ready announcement; yield
-    the process and that announcement. The child is killed on leaving the block if it is
-    still running; ``name`` says who it was in the error if it exits before it is ready."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{name} exited with {proc.wait()} before it was ready")
-        yield proc, json.loads(line)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-@contextmanager
-def bookie_process(root: Path, *settings: str) -> Iterator[BookieProcessHandle]:
-    """Run ``bookiesim bookie`` as a child process with its dirs under ``root``.
-
-    ``settings`` are extra ``key=value`` configuration overrides. The process is killed on
-    leaving the block if it is still running.
-    """
-    args = [sys.executable, "-m", "bookiesim", "bookie"]
-    base = (
-        "bookiePort=0",
-        "httpServerPort=0",
-        f"journalDirectory={root / 'journal'}",
-        f"ledgerDirectories={root / 'ledgers'}",
-        "journalPreAllocSizeMB=1",
-    )
-    for setting in (*base, *settings):
-        args += ["--set", setting]
-    with announced_process(args, "bookie") as (proc, ready):
-        yield BookieProcessHandle(proc, int(ready["bookiePort"]), int(ready["httpServerPort"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
@@ -68,12 +69,12 @@ async def test_anything_but_an_add_gets_ebadreq() -> None:
     assert response.header.operation == pb.READ_ENTRY
 
 
-def test_the_floor_process_announces_serves_and_stops_on_sigterm() -> None:
+def test_the_floor_process_announces_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     async def one_add(port: int) -> pb.Response:
         async with connect("127.0.0.1", port) as conn:
             return await BookieTestClient(conn).add(3, 0, b"hello")
 
-    with transport_floor_process("journalMaxGroupWaitMSec=1") as (port, pid):
+    with transport_floor_process(tmp_path, "journalMaxGroupWaitMSec=1") as (port, pid):
         assert pid > 0
         response = trio.run(one_add, port)
     assert response.status == pb.EOK

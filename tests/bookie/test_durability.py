@@ -22,11 +22,11 @@ from bookiesim.bookie.ledger_storage import StorageFailedError
 from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
+from bookiesim.cluster.processes import bookie_process
 from bookiesim.cluster.testing import (
     BookieTestClient,
     bookie_client,
     bookie_config,
-    bookie_process,
     running_bookie,
 )
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
@@ -54,7 +54,7 @@ async def assert_reads_back(c: BookieTestClient, entries: Iterable[tuple[int, in
 
 
 async def write_until_killed(
-    port: int, proc: subprocess.Popen[str], rng: random.Random, acked: dict[int, int]
+    port: int, proc: subprocess.Popen[bytes], rng: random.Random, acked: dict[int, int]
 ) -> None:
     """Pipelined adds to several ledgers; records the highest acknowledged entry of each."""
     kill_after = rng.uniform(0.05, 0.6)

@@ -19,11 +19,11 @@ from bookiesim.bookie.journal import read_last_mark
 from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager
+from bookiesim.cluster.processes import bookie_process
 from bookiesim.cluster.testing import (
     BookieTestClient,
     bookie_client,
     bookie_config,
-    bookie_process,
     running_bookie,
 )
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
