@@ -299,7 +299,14 @@ class Simulation:
     def _check(self) -> bool:
         """Check every invariant now; True if a new violation turned up."""
         before = len(self.history.violations)
-        for invariant, message in check_all(self.observer.view(), self.memory):
+        findings = check_all(self.observer.view(), self.memory)
+        for writer in self.writers:  # CHK for the clients' ledger handles too
+            if writer.current is not None:
+                try:
+                    writer.current._check()
+                except AssertionError as exc:
+                    findings.append(("CHK", f"{writer.name}'s ledger handle: _check() {exc!r}"))
+        for invariant, message in findings:
             if (invariant, message) not in self.reported:
                 self.reported.add((invariant, message))
                 self.history.violation(invariant, message)
