@@ -7,12 +7,17 @@
 * :mod:`.metadata` — :class:`EntryLogMetadata` from the ledgers map or by scanning.
 * :mod:`.allocator` — :class:`EntryLogIdAllocator`: ``lastId``, recovery, wrap-around.
 * :mod:`.recent_logs` — ``leastUnflushedLogId``: which logs are flushed and closed.
+* :mod:`.lifecycle` — a log's states and the one table of legal transitions (no I/O).
+* :mod:`.rotation` — :class:`RotationPolicy`: when a log rotates and why (no I/O).
+* :mod:`.log_files` — ``LogFiles``: the files, each in its state; :mod:`.pool` fills ahead.
 * :mod:`.managers` — which log a ledger writes to: a log per ledger (BP-32) or one shared log.
+* :mod:`.checkpoint` — :class:`CheckpointPlan`: the fsync pass, off the owner thread.
 * :mod:`.logger` — :class:`EntryLogger`, the facade the bookie's ledger storage uses.
 """
 
 from bookiesim.entrylog.allocator import EntryLogIdAllocator
 from bookiesim.entrylog.format import EntryLogFormatError, LogHeader, make_location, split_location
+from bookiesim.entrylog.lifecycle import IllegalTransition, LogEvent, LogState
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 from bookiesim.entrylog.metadata import (
     EntryLogMetadata,
@@ -27,6 +32,7 @@ from bookiesim.entrylog.reader import (
     read_entry,
     read_entry_by_location,
 )
+from bookiesim.entrylog.rotation import RotationPolicy
 from bookiesim.entrylog.scanner import ScannedRecord, ScanSummary, scan_entry_log
 from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter
 
@@ -40,9 +46,13 @@ __all__ = [
     "EntryLogWriter",
     "EntryLogger",
     "EntryReadError",
+    "IllegalTransition",
+    "LogEvent",
     "LogHeader",
     "LogSource",
+    "LogState",
     "RotationEvent",
+    "RotationPolicy",
     "RotationReason",
     "ScanSummary",
     "ScannedRecord",
