@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bookiesim.bookie.config import BookieConfig
-from bookiesim.bookie.ledger_index import pad_index_files
+from bookiesim.bookie.index_file import pad_index_files
 from bookiesim.entrylog.writeback import fsync_directory
 from bookiesim.metadata.cookies import (
     VERSION_FILE,

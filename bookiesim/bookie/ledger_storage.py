@@ -31,7 +31,8 @@ import trio
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
-from bookiesim.bookie.ledger_index import WRITE_STEP_LOCATIONS, IndexFile, LedgerIndex
+from bookiesim.bookie.index_file import WRITE_STEP_LOCATIONS, IndexFile
+from bookiesim.bookie.ledger_index import LedgerIndex
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason

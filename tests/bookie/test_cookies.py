@@ -29,7 +29,7 @@ from bookiesim.bookie.cookie_check import (
     read_dir_cookie,
     stamp_cookies,
 )
-from bookiesim.bookie.ledger_index import HEADER_SIZE, PAGE_SIZE, index_path
+from bookiesim.bookie.index_format import HEADER_SIZE, PAGE_SIZE, index_path
 from bookiesim.bookie.process import BookieService
 from bookiesim.cluster.in_process import stable_port
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie

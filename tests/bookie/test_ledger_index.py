@@ -26,21 +26,21 @@ from hypothesis.stateful import (
     rule,
 )
 
-from bookiesim.bookie import ledger_index as li
-from bookiesim.bookie.ledger_index import (
+from bookiesim.bookie import index_file as files
+from bookiesim.bookie import index_format as fmt
+from bookiesim.bookie.index_file import IndexFile, pad_index_files
+from bookiesim.bookie.index_format import (
     HEADER_SIZE,
     PAGE_SIZE,
-    IndexFile,
     IndexFormatError,
     IndexHeader,
     LedgerExistsError,
-    LedgerIndex,
     NoSuchLedgerError,
     decode_header,
     encode_header,
     index_path,
-    pad_index_files,
 )
+from bookiesim.bookie.ledger_index import LedgerIndex
 
 KEY = bytes.fromhex("850bf1071c5e3d8c24235676f8816ae0cbe2f14f")
 LAC_BLOB = struct.pack(">qq", 7, 41) + b"\x01\x02\x03\x04"  # ledgerId, lac, CRC32C digest
@@ -657,17 +657,17 @@ TestIndexMachine.settings = settings(max_examples=25, stateful_step_count=30)
 
 
 def test_module_constants() -> None:
-    assert li.SIGNATURE == b"BKLE"
-    assert li.HEADER_VERSION == 1
-    assert li.FENCED_BIT == 1
+    assert fmt.SIGNATURE == b"BKLE"
+    assert fmt.HEADER_VERSION == 1
+    assert fmt.FENCED_BIT == 1
 
 
 def test_parse_index_file_name() -> None:
-    assert li.parse_index_file_name("1234abcd.idx") == 0x1234ABCD
-    assert li.parse_index_file_name("0.idx") == 0
+    assert fmt.parse_index_file_name("1234abcd.idx") == 0x1234ABCD
+    assert fmt.parse_index_file_name("0.idx") == 0
     for name in ("00.idx", "A.idx", "-1.idx", "1_0.idx", ".idx", "1.log", "1.idx.rloc"):
-        assert li.parse_index_file_name(name) is None, name
-    assert li.parse_index_file_name(f"{2**63:x}.idx") is None
+        assert fmt.parse_index_file_name(name) is None, name
+    assert fmt.parse_index_file_name(f"{2**63:x}.idx") is None
 
 
 def test_read_only_open_reads_and_refuses_to_write(tmp_path: Path) -> None:
@@ -765,11 +765,11 @@ def test_write_detached_steps_let_the_owner_add_read_and_delete_between_steps(
             index.set_location(lid, e, 100 * lid + e + 1)
     steps = index.write_detached_steps(index.detach_dirty(), step=4)
     work = [next(steps), next(steps)]  # ledger 1: its file, then entries 0..3
-    assert work == [li.WRITE_STEP_FILE_COST, 4]
+    assert work == [files.WRITE_STEP_FILE_COST, 4]
     index.set_location(1, 10, 999)  # an add meanwhile: the next checkpoint's
     assert index.get_location(1, 9) == 110  # detached, not yet written: still read
     work += [next(steps), next(steps), next(steps), next(steps)]  # 4..7, 8..9, file 2, 0..3
-    assert work[2:] == [4, 2, li.WRITE_STEP_FILE_COST, 4]
+    assert work[2:] == [4, 2, files.WRITE_STEP_FILE_COST, 4]
     index.delete_ledger(2)  # between two of its steps
     while True:
         try:
@@ -777,7 +777,7 @@ def test_write_detached_steps_let_the_owner_add_read_and_delete_between_steps(
         except StopIteration as done:
             paths = done.value
             break
-    assert work[6:] == [li.WRITE_STEP_FILE_COST, 3]  # ledger 2's last step skipped, then 3
+    assert work[6:] == [files.WRITE_STEP_FILE_COST, 3]  # ledger 2's last step skipped, then 3
     assert paths == [
         index_path(tmp_path, 1),
         index_path(tmp_path, 3),

@@ -33,7 +33,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from bookiesim.bookie.ledger_index import WRITE_STEP_LOCATIONS, IndexFile
+from bookiesim.bookie.index_file import WRITE_STEP_LOCATIONS, IndexFile
 from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint, StorageFailedError
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.writeback import SYNCFS_MIN_FILES

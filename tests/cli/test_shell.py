@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bookiesim.bookie.index_format import index_path
 from bookiesim.bookie.journal import (
     HEADER_SIZE as JOURNAL_HEADER_SIZE,
 )
@@ -38,7 +39,7 @@ from bookiesim.bookie.journal import (
     encode_record,
     write_last_mark,
 )
-from bookiesim.bookie.ledger_index import LedgerIndex, index_path
+from bookiesim.bookie.ledger_index import LedgerIndex
 from bookiesim.cli.main import main
 from bookiesim.client.digest import DigestManager
 from bookiesim.entrylog.format import HEADER_SIZE

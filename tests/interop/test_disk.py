@@ -26,7 +26,7 @@ import pytest
 
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.cookie_check import cookie_dirs, read_dir_cookie
-from bookiesim.bookie.ledger_index import HEADER_SIZE, PAGE_SIZE, index_path
+from bookiesim.bookie.index_format import HEADER_SIZE, PAGE_SIZE, index_path
 from bookiesim.cli.main import main
 from bookiesim.cli.shell.cookies import update_cookies
 from bookiesim.client.digest import DigestManager
