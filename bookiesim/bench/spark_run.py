@@ -45,6 +45,8 @@ def timed_inventory(
 ) -> tuple[float, int, float | None]:
     """Seconds and entries of one inventory over the logs under ``root`` on ``local[cores]``,
     and the median seconds of the same job over ``fixed_root`` (None without it)."""
+    # pyspark loads here, not at import: it takes seconds, and `bookiesim bench` imports
+    # every benchmark module to build its parser.
     from bookiesim.pipeline.jobs.inventory import inventory
     from bookiesim.pipeline.session import entrylog_tasks, spark_session
 

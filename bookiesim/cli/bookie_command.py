@@ -7,6 +7,7 @@ import sys
 
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
+from bookiesim.bookie.process import main_sync
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,8 +33,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bookiesim.bookie.process import main_sync
-
     try:
         if args.conf:
             cfg = BookieConfig.from_file(args.conf, args.overrides)

@@ -7,10 +7,6 @@ Prometheus scrape config in ``DIR/prometheus.yml`` and the cluster's description
 :func:`cluster_status` reads that file and asks each bookie; :func:`cluster_down` stops them
 (SIGTERM, a final checkpoint each; SIGKILL after a timeout). ``bookiesim cluster`` and
 ``bookiesim demo`` are its front-ends.
-
-The metadata store is imported inside the functions that open it: loading it (and kazoo, for
-``zk://``) is the slow part of the CLI's start-up, and ``status`` of a stopped cluster never
-needs it.
 """
 
 from __future__ import annotations
@@ -38,6 +34,9 @@ from bookiesim.cluster.processes import (
     wait_ready,
 )
 from bookiesim.cluster.prometheus import PrometheusError, start_prometheus, stop_prometheus
+from bookiesim.metadata import open_store
+from bookiesim.metadata.errors import MetadataError
+from bookiesim.metadata.registration import live_bookies, watch_live_bookies
 
 STATE_FILE = "cluster.json"
 SCRAPE_FILE = "prometheus.yml"
@@ -76,8 +75,6 @@ def scrape_config(http_ports: list[int], interval: str = "5s") -> str:
 
 
 async def wait_registered(uri: str, bookie_ids: set[str], max_wait: float) -> None:
-    from bookiesim.metadata import open_store
-    from bookiesim.metadata.registration import watch_live_bookies
 
     live: set[str] = set()
     async with open_store(uri) as store, watch_live_bookies(store) as changes:
@@ -204,9 +201,6 @@ def bookie_status(bookie: dict[str, Any], registered: set[str] | None) -> dict[s
 
 
 async def registered_ids(uri: str) -> set[str] | None:
-    from bookiesim.metadata import open_store
-    from bookiesim.metadata.errors import MetadataError
-    from bookiesim.metadata.registration import live_bookies
 
     try:
         with trio.fail_after(5):

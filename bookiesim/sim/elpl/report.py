@@ -201,6 +201,8 @@ def samples_json(result: ExperimentResult) -> list[dict[str, Any]]:
 
 def plot_experiment(result: ExperimentResult, summary: dict[str, Any], path: Path) -> None:
     """One panel per measure, one line per run, time on the x axis (minutes)."""
+    # matplotlib loads here, not at import: it takes about a second, and only the plot needs
+    # it (the CLI imports this module to build its parser; the tests use the numbers).
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,0 +1,1 @@
+"""Tests of ``bookiesim.cluster``: bookie processes and local clusters."""
