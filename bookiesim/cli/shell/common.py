@@ -11,13 +11,13 @@ import struct
 import sys
 from collections.abc import Callable
 
+from bookiesim.bookie.index_format import IndexFormatError
 from bookiesim.bookie.journal import (
     LAST_MARK_FILE,
     LAST_MARK_SIZE,
     JournalFormatError,
     LastMarkFormatError,
 )
-from bookiesim.bookie.ledger_index import IndexFormatError
 from bookiesim.console import Column, LineWriter, StreamTable, make_console, quiet_broken_pipe
 from bookiesim.entrylog.format import EntryLogFormatError
 

@@ -10,6 +10,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from bookiesim.bookie.index_file import IndexFile
+from bookiesim.bookie.index_format import HEADER_SIZE as INDEX_HEADER_SIZE
+from bookiesim.bookie.index_format import parse_index_file_name
 from bookiesim.bookie.journal import (
     LAST_MARK_FILE,
     METAENTRY_ID_FENCE_KEY,
@@ -25,8 +28,6 @@ from bookiesim.bookie.journal import (
     read_journal,
     read_last_mark,
 )
-from bookiesim.bookie.ledger_index import HEADER_SIZE as INDEX_HEADER_SIZE
-from bookiesim.bookie.ledger_index import IndexFile, parse_index_file_name
 from bookiesim.cli.shell.common import (
     LAC_IN_BLOB,
     LAC_IN_BODY,
