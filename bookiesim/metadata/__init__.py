@@ -34,16 +34,15 @@ from bookiesim.metadata.errors import (
     StoreUnavailableError,
 )
 from bookiesim.metadata.factory import open_store, scheme_of
+from bookiesim.metadata.ledger_format import METADATA_HEADER
+from bookiesim.metadata.ledger_paths import ledger_id_from_path, ledger_path
 from bookiesim.metadata.ledgers import (
     ALLOWED_TRANSITIONS,
-    METADATA_HEADER,
     DigestType,
     LedgerManager,
     LedgerMetadata,
     LedgerState,
     check_update,
-    ledger_id_from_path,
-    ledger_path,
 )
 from bookiesim.metadata.registration import (
     FEATURE_WRITE_CLOSE,

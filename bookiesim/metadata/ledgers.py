@@ -20,21 +20,15 @@ Three layers, from pure to I/O:
    :class:`~bookiesim.metadata.store.MetadataStore`, plus :meth:`LedgerManager.update_with_retry`,
    the read-modify-CAS loop the client uses for ensemble changes, recovery and close.
 
-Serialized form (upstream ``LedgerMetadataSerDe``, version 3): the ASCII header
-``BookieMetadataFormatVersion\\t3\\n`` followed by the protobuf message in *delimited* form
-(varint32 length, then the bytes). Fields are written as upstream writes them: the required
-ones, ``lastEntryId`` (-1 while open), ``digestType`` and ``password`` (empty if none),
-``ackQuorumSize`` and ``cToken`` always; ``ctime`` only when known; custom metadata sorted by
-key (upstream's order is a HashMap's). Versions 1 and 2 (text formats of BookKeeper < 4.9) are
-recognised and refused with a clear error.
+Serialized form (upstream ``LedgerMetadataSerDe``, version 3): the protobuf message inside
+the frame of :mod:`.ledger_format` (header, varint32 length). Fields are written as upstream
+writes them: the required ones, ``lastEntryId`` (-1 while open), ``digestType`` and
+``password`` (empty if none), ``ackQuorumSize`` and ``cToken`` always; ``ctime`` only when
+known; custom metadata sorted by key (upstream's order is a HashMap's).
 
-Paths: upstream's *hierarchical* layout (``HierarchicalLedgerManager``) under the store's
-ledgers root (``/ledgers`` in these examples), so a ZooKeeper written by us reads like
-upstream's: ids below 2³¹-1 as ``%010d`` split 2/4/4 —
-``/ledgers/00/0000/L0042`` — and larger ids as ``%019d`` split 3/4/4/4/4 —
-``/ledgers/000/0000/0000/0002/L1234``. Ids come from upstream's ZooKeeper id generator
-scheme: an ephemeral sequential node ``/ledgers/idgen/ID-<10 digits>`` whose counter is the id,
-deleted right away.
+Paths: upstream's hierarchical layout, in :mod:`.ledger_paths`. Ids come from upstream's
+ZooKeeper id generator scheme: an ephemeral sequential node ``/ledgers/idgen/ID-<10 digits>``
+whose counter is the id, deleted right away.
 """
 
 from __future__ import annotations
@@ -63,6 +57,13 @@ from bookiesim.metadata.errors import (
     NoSuchLedgerError,
     SessionExpiredError,
 )
+from bookiesim.metadata.ledger_format import frame_metadata, unframe_metadata
+from bookiesim.metadata.ledger_paths import (
+    is_id_digits,
+    is_leaf,
+    ledger_path,
+    top_level_depth,
+)
 from bookiesim.metadata.store import (
     ANY_VERSION,
     DEFAULT_LEDGERS_ROOT,
@@ -76,35 +77,19 @@ from bookiesim.proto import DataFormats_pb2 as pb
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "DEFAULT_LEDGERS_ROOT",
-    "METADATA_HEADER",
     "DigestType",
     "LedgerManager",
     "LedgerMetadata",
     "LedgerState",
     "check_update",
-    "ledger_id_from_path",
-    "ledger_path",
 ]
 
 log = logging.getLogger(__name__)
 
-METADATA_FORMAT_VERSION: Final = 3
-_VERSION_KEY: Final = b"BookieMetadataFormatVersion\t"
-METADATA_HEADER: Final = _VERSION_KEY + b"%d\n" % METADATA_FORMAT_VERSION
-"""``b"BookieMetadataFormatVersion\\t3\\n"``: the first bytes of every metadata node we write."""
-_MAX_VERSION_DIGITS: Final = 10
-
 _INT32_MAX: Final = 2**31 - 1
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
-_SHORT_ID_LIMIT: Final = _INT32_MAX
-"""Upstream's hybrid layout: ids below Integer.MAX_VALUE use the short (2/4/4) paths."""
 _BOOKIE_ID: Final = re.compile(r"[A-Za-z0-9_.:\-\[\]]+")
-# Path components of the ledger layouts, compiled once: GC walks every ledger path per pass.
-_TWO_DIGITS: Final = re.compile(r"\d{2}")
-_THREE_DIGITS: Final = re.compile(r"\d{3}")
-_FOUR_DIGITS: Final = re.compile(r"\d{4}")
-_LEAF: Final = re.compile(r"L\d{4}")
 
 
 class LedgerState(enum.IntEnum):
@@ -210,6 +195,9 @@ class LedgerMetadata:
             )
         if not self.ensembles:
             raise InvalidMetadataError("a ledger needs at least one ensemble")
+        firsts = list(self.ensembles)
+        if firsts != sorted(firsts):  # __post_init__ sorts; a value built around it may not
+            raise InvalidMetadataError(f"ensembles must be sorted by first entry id: {firsts}")
         for first, members in self.ensembles.items():
             _int_in("first entry id of an ensemble", first, 0, _INT64_MAX)
             if len(members) != e:
@@ -306,8 +294,7 @@ class LedgerMetadata:
 
     def to_bytes(self) -> bytes:
         """Upstream's stored form: version-3 header + varint length + protobuf."""
-        body = self.to_proto().SerializeToString()
-        return METADATA_HEADER + _varint(len(body)) + body
+        return frame_metadata(self.to_proto().SerializeToString())
 
     @classmethod
     def from_proto(cls, fmt: pb.LedgerMetadataFormat) -> LedgerMetadata:
@@ -349,18 +336,7 @@ class LedgerMetadata:
     @classmethod
     def from_bytes(cls, data: bytes) -> LedgerMetadata:
         """Parse upstream's stored form (version 3). Raises :class:`CorruptMetadataError`."""
-        version, pos = _read_header(data)
-        if version != METADATA_FORMAT_VERSION:
-            raise CorruptMetadataError(
-                f"ledger metadata format version {version} is not supported "
-                f"(only {METADATA_FORMAT_VERSION}, written by BookKeeper >= 4.9)"
-            )
-        size, pos = _read_varint32(data, pos)
-        body = data[pos : pos + size]
-        if len(body) != size:
-            raise CorruptMetadataError(
-                f"ledger metadata truncated: {size} bytes announced, {len(body)} present"
-            )
+        body = unframe_metadata(data)
         fmt = pb.LedgerMetadataFormat()
         try:
             fmt.ParseFromString(body)
@@ -399,77 +375,12 @@ def check_update(old: LedgerMetadata, new: LedgerMetadata) -> None:
         )
 
 
-# --- bytes helpers ------------------------------------------------------------------------
+# --- helpers ------------------------------------------------------------------------------
 
 
 def _last_key(ensembles: Mapping[int, object]) -> int:
     """The largest first-entry id (ensembles are kept sorted, so the last one)."""
     return list(ensembles)[-1]
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        if n < 0x80:
-            out.append(n)
-            return bytes(out)
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-
-
-def _read_varint32(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    for shift in range(0, 35, 7):
-        if pos >= len(data):
-            raise CorruptMetadataError("ledger metadata truncated in the length prefix")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result & 0xFFFFFFFF, pos
-    raise CorruptMetadataError("malformed varint32 length prefix in ledger metadata")
-
-
-def _read_header(data: bytes) -> tuple[int, int]:
-    if not data.startswith(_VERSION_KEY):
-        raise CorruptMetadataError(
-            f"not ledger metadata: expected {_VERSION_KEY!r}..., got {data[:32]!r}"
-        )
-    start = len(_VERSION_KEY)
-    end = data.find(b"\n", start, start + _MAX_VERSION_DIGITS + 1)
-    digits = data[start:end] if end >= 0 else b""
-    if end < 0 or not digits.isdigit():
-        raise CorruptMetadataError(f"ledger metadata header has no version: {data[:40]!r}")
-    return int(digits), end + 1
-
-
-# --- paths --------------------------------------------------------------------------------
-
-
-def ledger_path(ledger_id: int, root: str) -> str:
-    """Where upstream's hierarchical ledger manager keeps ``ledger_id``'s metadata, under
-    the ledgers root ``root`` (a store's :attr:`~.store.MetadataStore.ledgers_root`)."""
-    _int_in("ledger id", ledger_id, 0, _INT64_MAX)
-    base = root.rstrip("/")  # the ZooKeeper root "/" is a root too
-    if ledger_id < _SHORT_ID_LIMIT:
-        s = f"{ledger_id:010d}"
-        return f"{base}/{s[0:2]}/{s[2:6]}/L{s[6:10]}"
-    s = f"{ledger_id:019d}"
-    return f"{base}/{s[0:3]}/{s[3:7]}/{s[7:11]}/{s[11:15]}/L{s[15:19]}"
-
-
-_SHORT_PATH: Final = re.compile(r"/(\d{2})/(\d{4})/L(\d{4})")
-_LONG_PATH: Final = re.compile(r"/(\d{3})/(\d{4})/(\d{4})/(\d{4})/L(\d{4})")
-
-
-def ledger_id_from_path(path: str, root: str) -> int:
-    """Inverse of :func:`ledger_path`; ``ValueError`` for a path that is not a ledger's."""
-    base = root.rstrip("/")
-    rest = path[len(base) :] if path.startswith(base + "/") else ""
-    m = _SHORT_PATH.fullmatch(rest) or _LONG_PATH.fullmatch(rest)
-    if m is None:
-        raise ValueError(f"{path!r} is not a ledger path under {root}")
-    return int("".join(m.groups()))
 
 
 # --- the manager ----------------------------------------------------------------------------
@@ -610,11 +521,8 @@ class LedgerManager:
     async def _walk_ledgers(self) -> list[int]:
         ids: list[int] = []
         for top in await self._children(self.root):
-            if _TWO_DIGITS.fullmatch(top):
-                depth = 1
-            elif _THREE_DIGITS.fullmatch(top):
-                depth = 3
-            else:
+            depth = top_level_depth(top)
+            if depth is None:
                 continue  # idgen, available, LAYOUT, ... live beside the ledgers
             await self._walk(join_path(self.root, top), top, depth, ids)
         return sorted(ids)
@@ -622,9 +530,9 @@ class LedgerManager:
     async def _walk(self, path: str, digits: str, depth: int, out: list[int]) -> None:
         for name in await self._children(path):
             if depth == 0:
-                if _LEAF.fullmatch(name):
+                if is_leaf(name):
                     out.append(int(digits + name[1:]))
-            elif _FOUR_DIGITS.fullmatch(name):
+            elif is_id_digits(name):
                 await self._walk(join_path(path, name), digits + name, depth - 1, out)
 
     async def _children(self, path: str) -> list[str]:

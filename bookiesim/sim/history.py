@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
+from bookiesim.metadata.ledgers import ALLOWED_TRANSITIONS, LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.sim.network import Frame
 
@@ -156,12 +156,7 @@ def check_transition(old: LedgerMetadata | None, new: LedgerMetadata) -> str | N
     """Why ``old → new`` is not a legal metadata change (invariants A12), or None."""
     if old is None:
         return None if new.state is LedgerState.OPEN else f"created {new.state.name}"
-    allowed = {
-        LedgerState.OPEN: {LedgerState.OPEN, LedgerState.IN_RECOVERY, LedgerState.CLOSED},
-        LedgerState.IN_RECOVERY: {LedgerState.IN_RECOVERY, LedgerState.CLOSED},
-        LedgerState.CLOSED: {LedgerState.CLOSED},
-    }
-    if new.state not in allowed[old.state]:
+    if new.state not in ALLOWED_TRANSITIONS[old.state]:  # the one table, in metadata/
         return f"{old.state.name} → {new.state.name}"
     quorums = (old.ensemble_size, old.write_quorum_size, old.ack_quorum_size)
     if quorums != (new.ensemble_size, new.write_quorum_size, new.ack_quorum_size):

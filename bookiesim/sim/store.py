@@ -15,7 +15,8 @@ line after ``await`` that records it; the records come in the store's own order.
 from __future__ import annotations
 
 from bookiesim.metadata.forwarding import ForwardingStore
-from bookiesim.metadata.ledgers import LedgerMetadata, ledger_id_from_path
+from bookiesim.metadata.ledger_paths import ledger_id_from_path
+from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.store import ANY_VERSION
 from bookiesim.sim.history import History

@@ -254,6 +254,7 @@ class ClusterMachine(RuleBasedStateMachine):
         async def check() -> None:  # in the trio thread, so no task runs meanwhile
             for model in self.ledgers:
                 model.handle._check()
+                model.handle.metadata._check()  # LedgerMetadata's invariants, as it is now
 
         self.driver.run(check)
 

@@ -38,7 +38,8 @@ from bookiesim.metadata.cluster import (
     refuse_previous_uri_form,
     require_cluster,
 )
-from bookiesim.metadata.ledgers import LedgerMetadata, ledger_path
+from bookiesim.metadata.ledger_paths import ledger_path
+from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.testing import ZooKeeperServer
