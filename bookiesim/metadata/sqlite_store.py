@@ -37,6 +37,10 @@ How ZooKeeper's semantics are kept
   them at once.
 * **Durability.** ``synchronous=FULL``: a committed ledger close survives power loss.
 
+Where: the schema and node operations are :mod:`.sqlite_tree`, sessions and ephemerals
+:mod:`.sqlite_sessions`; this module connects, runs their transactions in a worker thread and
+keeps the heartbeat and poll tasks.
+
 Threads: sqlite3 blocks, so every statement runs in a worker thread through
 ``trio.to_thread.run_sync`` with a one-token limiter — one connection per store, used by one
 thread at a time.
@@ -45,29 +49,34 @@ thread at a time.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import sqlite3
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
 import trio
 
 from bookiesim.metadata.errors import (
-    BadVersionError,
     InvalidUriError,
     MetadataError,
-    NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
-    NotEmptyError,
     SessionExpiredError,
     StoreUnavailableError,
+)
+from bookiesim.metadata.sqlite_sessions import SqliteSessions
+from bookiesim.metadata.sqlite_tree import (
+    create_node_tx,
+    create_schema_tx,
+    delete_node_tx,
+    read_children,
+    read_node,
+    read_stat,
+    read_zxid,
+    set_node_tx,
 )
 from bookiesim.metadata.store import (
     ANY_VERSION,
@@ -77,8 +86,6 @@ from bookiesim.metadata.store import (
     NodeStat,
     Versioned,
     bare_exceptions,
-    parent_path,
-    sequential_name,
     validate_path,
 )
 
@@ -92,38 +99,6 @@ SCHEME: Final = "sqlite"
 DEFAULT_SESSION_TIMEOUT: Final = 10.0
 DEFAULT_POLL_INTERVAL: Final = 0.05
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
-_FUTURE_SLACK: Final = 1.0
-"""A heartbeat more than this many seconds ahead of our clock comes from an earlier boot."""
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS nodes (
-    path     TEXT PRIMARY KEY,
-    parent   TEXT NOT NULL,
-    value    BLOB NOT NULL,
-    version  INTEGER NOT NULL,
-    cversion INTEGER NOT NULL,
-    seq      INTEGER NOT NULL,
-    czxid    INTEGER NOT NULL,
-    mzxid    INTEGER NOT NULL,
-    owner    INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes(parent);
-CREATE INDEX IF NOT EXISTS nodes_by_owner ON nodes(owner) WHERE owner != 0;
-CREATE TABLE IF NOT EXISTS sessions (
-    id        INTEGER PRIMARY KEY,
-    boot      TEXT NOT NULL,
-    heartbeat REAL NOT NULL,
-    timeout   REAL NOT NULL,
-    pid       INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS counters (
-    name  TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO counters VALUES ('zxid', 0);
-INSERT OR IGNORE INTO counters VALUES ('schema', 1);
-INSERT OR IGNORE INTO nodes VALUES ('/', '', x'', 0, 0, 0, 0, 0, 0);
-"""
 
 
 def sqlite_path_from_uri(uri: str, *, cwd: Path | None = None) -> Path:
@@ -151,20 +126,6 @@ def sqlite_path_from_uri(uri: str, *, cwd: Path | None = None) -> Path:
     return path if path.is_absolute() else (cwd or Path.cwd()) / path
 
 
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-@dataclass
-class _SessionState:
-    id: int
-    heartbeats_paused: bool = False
-    expirations: int = 0
-
-
 class SqliteStore:
     """:class:`~bookiesim.metadata.store.MetadataStore` on one SQLite file.
 
@@ -188,10 +149,10 @@ class SqliteStore:
         self.session_timeout = session_timeout
         self.poll_interval = poll_interval
         self.busy_timeout = busy_timeout
-        self._boot = _boot_id()
+        self._sessions = SqliteSessions(uri, session_timeout)
+        self._session = self._sessions.state
         self._conn: sqlite3.Connection | None = None
         self._limiter = trio.CapacityLimiter(1)
-        self._session = _SessionState(0)
         self._closed = False
         self._background = trio.CancelScope()
         self._changed = trio.Event()
@@ -216,15 +177,7 @@ class SqliteStore:
 
     async def get(self, path: str) -> Versioned | None:
         validate_path(path)
-        row = await self._run(
-            lambda c: c.execute(
-                "SELECT value, version, owner FROM nodes WHERE path = ?", (path,)
-            ).fetchone(),
-            path,
-        )
-        if row is None:
-            return None
-        return Versioned(bytes(row[0]), int(row[1]), int(row[2]))
+        return await self._run(lambda c: read_node(c, path), path)
 
     async def create(
         self,
@@ -244,7 +197,7 @@ class SqliteStore:
         )
         if created is None:
             before = self._session.expirations
-            await self._write(self._renew_session_tx, path)
+            await self._write(self._sessions.renew_tx, path)
             self._note_renewal(before)
             raise SessionExpiredError(
                 f"{path}: session expired before this ephemeral could be created "
@@ -255,29 +208,18 @@ class SqliteStore:
     async def set(self, path: str, value: bytes, expected_version: int) -> int:
         validate_path(path)
         return await self._write(
-            lambda c: self._set_tx(c, path, bytes(value), expected_version), path
+            lambda c: set_node_tx(c, path, bytes(value), expected_version), path
         )
 
     async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
         validate_path(path)
         if path == "/":
             raise ValueError("the root node cannot be deleted")
-        await self._write(lambda c: self._delete_tx(c, path, expected_version), path)
+        await self._write(lambda c: delete_node_tx(c, path, expected_version), path)
 
     async def children(self, path: str) -> list[str]:
         validate_path(path)
-
-        def read(c: sqlite3.Connection) -> list[str] | None:
-            c.execute("BEGIN")  # one snapshot for both statements
-            try:
-                if c.execute("SELECT 1 FROM nodes WHERE path = ?", (path,)).fetchone() is None:
-                    return None
-                rows = c.execute("SELECT path FROM nodes WHERE parent = ?", (path,)).fetchall()
-            finally:
-                c.execute("COMMIT")
-            return sorted(str(r[0]).rsplit("/", 1)[1] for r in rows)
-
-        names = await self._run(read, path)
+        names = await self._run(lambda c: read_children(c, path), path)
         if names is None:
             raise NoNodeError(path)
         return names
@@ -297,7 +239,7 @@ class SqliteStore:
         self._closed = True
         with trio.CancelScope(shield=True), trio.move_on_after(self.busy_timeout + 1):
             try:
-                await self._write(self._end_session_tx, "/", allow_closed=True)
+                await self._write(self._sessions.end_tx, "/", allow_closed=True)
             except MetadataError as exc:
                 log.warning("%s: could not end session %d: %s", self._uri, self.session_id, exc)
             conn, self._conn = self._conn, None
@@ -365,12 +307,9 @@ class SqliteStore:
                 raise StoreUnavailableError(f"{self._uri}: cannot enable WAL (mode is {mode})")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=OFF")
-            # executescript() would COMMIT first; run the statements inside our transaction.
             conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            self._session.id = self._insert_session(conn)
+            create_schema_tx(conn)
+            self._sessions.insert_tx(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.close()
@@ -379,18 +318,6 @@ class SqliteStore:
             conn.close()
             raise
         return conn
-
-    def _insert_session(self, c: sqlite3.Connection) -> int:
-        while True:
-            sid = secrets.randbits(62) + 1
-            try:
-                c.execute(
-                    "INSERT INTO sessions (id, boot, heartbeat, timeout, pid) VALUES (?,?,?,?,?)",
-                    (sid, self._boot, time.monotonic(), self.session_timeout, os.getpid()),
-                )
-            except sqlite3.IntegrityError:
-                continue
-            return sid
 
     # --- transactions ----------------------------------------------------------------------
 
@@ -448,15 +375,6 @@ class SqliteStore:
             raise MetadataError(f"{self._uri}: store is closed")
         return self._conn
 
-    @staticmethod
-    def _bump_zxid(c: sqlite3.Connection) -> int:
-        c.execute("UPDATE counters SET value = value + 1 WHERE name = 'zxid'")
-        return int(c.execute("SELECT value FROM counters WHERE name = 'zxid'").fetchone()[0])
-
-    def _session_alive(self, c: sqlite3.Connection) -> bool:
-        row = c.execute("SELECT 1 FROM sessions WHERE id = ?", (self._session.id,)).fetchone()
-        return row is not None
-
     def _create_tx(
         self,
         c: sqlite3.Connection,
@@ -468,142 +386,20 @@ class SqliteStore:
     ) -> str | None:
         owner = 0
         if ephemeral:
-            if not self._session_alive(c):
+            if not self._sessions.alive_tx(c):
                 return None  # the caller renews the session and raises SessionExpiredError
             owner = self._session.id
-        parent = parent_path(path)
-        row = c.execute("SELECT owner, seq FROM nodes WHERE path = ?", (parent,)).fetchone()
-        if row is None:
-            if not make_parents:
-                raise NoNodeError(path, f"cannot create: parent {parent} does not exist")
-            self._make_parents_tx(c, parent)
-            row = c.execute("SELECT owner, seq FROM nodes WHERE path = ?", (parent,)).fetchone()
-        if int(row[0]) != 0:
-            raise NoChildrenForEphemeralsError(path, f"cannot create: parent {parent} is ephemeral")
-        if sequential:
-            path = sequential_name(path, int(row[1]))
-        if c.execute("SELECT 1 FROM nodes WHERE path = ?", (path,)).fetchone() is not None:
-            raise NodeExistsError(path)
-        self._insert_node_tx(c, path, parent, value, owner)
-        return path
-
-    def _make_parents_tx(self, c: sqlite3.Connection, path: str) -> None:
-        missing: list[str] = []
-        while c.execute("SELECT 1 FROM nodes WHERE path = ?", (path,)).fetchone() is None:
-            missing.append(path)
-            path = parent_path(path)
-        owner = c.execute("SELECT owner FROM nodes WHERE path = ?", (path,)).fetchone()[0]
-        if int(owner) != 0:
-            raise NoChildrenForEphemeralsError(missing[-1], f"parent {path} is ephemeral")
-        for p in reversed(missing):
-            self._insert_node_tx(c, p, parent_path(p), b"", 0)
-
-    def _insert_node_tx(
-        self, c: sqlite3.Connection, path: str, parent: str, value: bytes, owner: int
-    ) -> None:
-        zxid = self._bump_zxid(c)
-        c.execute(
-            "INSERT INTO nodes (path, parent, value, version, cversion, seq, czxid, mzxid, owner) "
-            "VALUES (?, ?, ?, 0, 0, 0, ?, ?, ?)",
-            (path, parent, value, zxid, zxid, owner),
+        return create_node_tx(
+            c, path, value, owner=owner, sequential=sequential, make_parents=make_parents
         )
-        c.execute(
-            "UPDATE nodes SET cversion = cversion + 1, seq = seq + 1 WHERE path = ?", (parent,)
-        )
-
-    def _set_tx(self, c: sqlite3.Connection, path: str, value: bytes, expected: int) -> int:
-        row = c.execute("SELECT version FROM nodes WHERE path = ?", (path,)).fetchone()
-        if row is None:
-            raise NoNodeError(path)
-        actual = int(row[0])
-        if expected != ANY_VERSION and expected != actual:
-            raise BadVersionError(path, expected, actual)
-        zxid = self._bump_zxid(c)
-        # The version condition is repeated in the UPDATE so the statement itself is the CAS.
-        cur = c.execute(
-            "UPDATE nodes SET value = ?, version = version + 1, mzxid = ? "
-            "WHERE path = ? AND version = ?",
-            (value, zxid, path, actual),
-        )
-        if cur.rowcount != 1:  # impossible under BEGIN IMMEDIATE; kept as a guard
-            raise BadVersionError(path, expected, None)
-        return actual + 1
-
-    def _delete_tx(self, c: sqlite3.Connection, path: str, expected: int) -> None:
-        row = c.execute("SELECT version FROM nodes WHERE path = ?", (path,)).fetchone()
-        if row is None:
-            raise NoNodeError(path)
-        if expected != ANY_VERSION and expected != int(row[0]):
-            raise BadVersionError(path, expected, int(row[0]))
-        if c.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (path,)).fetchone():
-            raise NotEmptyError(path)
-        self._remove_node_tx(c, path)
-
-    def _remove_node_tx(self, c: sqlite3.Connection, path: str) -> None:
-        self._bump_zxid(c)
-        c.execute("DELETE FROM nodes WHERE path = ?", (path,))
-        c.execute("UPDATE nodes SET cversion = cversion + 1 WHERE path = ?", (parent_path(path),))
-
-    def _renew_session_tx(self, c: sqlite3.Connection) -> None:
-        if not self._session_alive(c):
-            self._session.id = self._insert_session(c)
-            self._session.expirations += 1
-            self._session.heartbeats_paused = False
-            log.warning("%s: session expired; new session %d", self._uri, self._session.id)
 
     def _note_renewal(self, expirations_before: int) -> None:
         if self._session.expirations != expirations_before:
             event, self._renewed = self._renewed, trio.Event()
             event.set()
 
-    def _heartbeat_and_sweep_tx(self, c: sqlite3.Connection) -> int:
-        """Refresh our session, then expire every stale one. Returns nodes deleted."""
-        now = time.monotonic()  # read under the write lock: no committed heartbeat is newer
-        if not self._session.heartbeats_paused:
-            cur = c.execute(
-                "UPDATE sessions SET heartbeat = ? WHERE id = ?", (now, self._session.id)
-            )
-            if cur.rowcount == 0:
-                self._renew_session_tx(c)
-        stale = [
-            int(r[0])
-            for r in c.execute(
-                "SELECT id FROM sessions WHERE boot != ? OR heartbeat + timeout < ? "
-                "OR heartbeat > ?",
-                (self._boot, now, now + _FUTURE_SLACK),
-            ).fetchall()
-        ]
-        for sid in stale:
-            c.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-            log.info("%s: expired session %d", self._uri, sid)
-        # Ephemerals whose session is gone — just expired, or orphaned by any other means.
-        orphans = [
-            str(r[0])
-            for r in c.execute(
-                "SELECT path FROM nodes WHERE owner != 0 AND owner NOT IN (SELECT id FROM sessions)"
-            ).fetchall()
-        ]
-        for path in orphans:
-            self._remove_node_tx(c, path)
-        if self._session.heartbeats_paused:
-            self._renew_session_tx(c)  # a stalled process wakes up to find its session gone
-        return len(orphans)
-
-    def _end_session_tx(self, c: sqlite3.Connection) -> None:
-        for (path,) in c.execute(
-            "SELECT path FROM nodes WHERE owner = ?", (self._session.id,)
-        ).fetchall():
-            self._remove_node_tx(c, str(path))
-        c.execute("DELETE FROM sessions WHERE id = ?", (self._session.id,))
-
     async def _stat(self, path: str) -> NodeStat | None:
-        row = await self._run(
-            lambda c: c.execute(
-                "SELECT czxid, version, cversion FROM nodes WHERE path = ?", (path,)
-            ).fetchone(),
-            path,
-        )
-        return None if row is None else NodeStat(int(row[0]), int(row[1]), int(row[2]))
+        return await self._run(lambda c: read_stat(c, path), path)
 
     # --- background tasks --------------------------------------------------------------
 
@@ -617,7 +413,7 @@ class SqliteStore:
             await trio.sleep(self.session_timeout / 3)
             before = self._session.expirations
             try:
-                if await self._write(self._heartbeat_and_sweep_tx, "/", notify=False):
+                if await self._write(self._sessions.heartbeat_and_sweep_tx, "/", notify=False):
                     self._broadcast()
             except StoreUnavailableError as exc:
                 log.warning("%s: heartbeat failed (will retry): %s", self._uri, exc)
@@ -630,12 +426,7 @@ class SqliteStore:
             if not self._watchers:
                 continue
             try:
-                zxid = await self._run(
-                    lambda c: int(
-                        c.execute("SELECT value FROM counters WHERE name = 'zxid'").fetchone()[0]
-                    ),
-                    "/",
-                )
+                zxid = await self._run(read_zxid, "/")
             except StoreUnavailableError as exc:
                 log.warning("%s: change poll failed (will retry): %s", self._uri, exc)
                 continue
