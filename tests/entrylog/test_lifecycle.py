@@ -12,11 +12,13 @@ import errno
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.entrylog import log_files
 from bookiesim.entrylog.format import log_file_name
 from bookiesim.entrylog.lifecycle import (
     FINAL_STATES,
@@ -29,6 +31,7 @@ from bookiesim.entrylog.lifecycle import (
 )
 from bookiesim.entrylog.logger import EntryLogger
 from bookiesim.entrylog.rotation import RotationReason
+from bookiesim.entrylog.writer import EntryLogWriter
 from tests.entrylog.entries import upstream_entry
 
 PAIRS = list(itertools.product(LogState, LogEvent))
@@ -192,3 +195,46 @@ def test_a_stray_file_where_the_preallocated_log_moves_takes_a_new_id(tmp_path: 
     assert stray.read_bytes() == b"not ours"
     logger._check()
     logger.close()
+
+
+@pytest.mark.parametrize("reserved", [False, True])
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EEXIST])
+def test_a_log_whose_file_cannot_be_made_is_discarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reserved: bool, error: int
+) -> None:
+    # Made now by the owner: under an id the pool reserved (no lastId write), or a new one.
+    # An id whose file exists is not ours (the next one is tried); any other error fails
+    # the add. Either way the id is given up: nothing holds it, so it must not pin the
+    # pointer.
+    logger = EntryLogger([tmp_path], preallocation_pool_size=4 if reserved else 0)
+    files = logger._files
+    if reserved:
+        with files.io_lock:
+            files.pool.reserve(2)
+        assert files.logs_in(LogState.RESERVED) == [0, 1]
+    real = EntryLogWriter
+    failures = [1]
+
+    def failing(*args: Any, **kwargs: Any) -> EntryLogWriter:
+        if kwargs.get("create") and failures[0]:
+            failures[0] -= 1
+            raise OSError(error, os.strerror(error))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(log_files, "EntryLogWriter", failing)
+    if error == errno.EEXIST:
+        logger.add_entry(1, upstream_entry(1, 0))
+        assert logger.current_log_id(1) == 1  # id 0 was given up
+    else:
+        with pytest.raises(OSError, match=os.strerror(error)):
+            logger.add_entry(1, upstream_entry(1, 0))
+    assert files.state_of(0) is LogState.FLUSHED
+    assert 0 not in files.logs_in(LogState.RESERVED)
+    logger._check()
+    logger.close()
+    logger._check()
+
+
+def test_a_negative_pool_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pool_size"):
+        EntryLogger([tmp_path], preallocation_pool_size=-1)
