@@ -449,3 +449,10 @@ def test_error_names_a_file_when_given_one() -> None:
     err = JournalFormatError("bad", 12).with_path("/j/current/1.txn")
     assert str(err) == "/j/current/1.txn: bad (at file offset 12)"
     assert (err.offset, err.path) == (12, "/j/current/1.txn")
+
+
+def test_a_data_record_shorter_than_its_ids_is_refused() -> None:
+    with pytest.raises(ValueError, match="shorter than its ids"):
+        DataRecord.from_body(b"\x00" * 15)
+    with pytest.raises(ValueError, match="15 bytes is shorter than its ids"):
+        DataRecord(0, 0, b"\x00" * 15)

@@ -961,3 +961,10 @@ def test_pad_index_files_pads_only_what_ends_inside_a_page(tmp_path: Path) -> No
     assert list(index.entries(0x105)) == [(e, (2 << 32) | (1028 + e)) for e in range(3)]
     index.close()
     assert pad_index_files([tmp_path]) == []
+
+
+def test_names_that_are_not_hex_and_the_fence_bit_of_a_decoded_header() -> None:
+    for name in ("xyz.idx", "1g.idx", " 1.idx"):
+        assert fmt.parse_index_file_name(name) is None, name
+    assert decode_header(encode_header(IndexHeader(KEY, state_bits=fmt.FENCED_BIT))).fenced
+    assert not decode_header(encode_header(IndexHeader(KEY))).fenced
