@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from bookiesim.metadata.errors import InvalidUriError
+from bookiesim.metadata.sqlite_store import DEFAULT_POLL_INTERVAL, open_sqlite_store
 from bookiesim.metadata.store import MetadataStore
 
 __all__ = ["DEFAULT_SESSION_TIMEOUT", "open_store", "scheme_of"]
@@ -64,8 +65,6 @@ async def open_store(
     :func:`~bookiesim.metadata.cluster.require_cluster`.
     """
     if scheme_of(uri) == "sqlite":
-        from bookiesim.metadata.sqlite_store import DEFAULT_POLL_INTERVAL, open_sqlite_store
-
         async with open_sqlite_store(
             uri,
             session_timeout=session_timeout,

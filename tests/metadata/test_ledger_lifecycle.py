@@ -161,3 +161,22 @@ def test_names_beside_the_ledgers_are_not_walked(name: str) -> None:
 def test_a_bad_ledger_id_has_no_path(bad: object) -> None:
     with pytest.raises(InvalidMetadataError, match="ledger id must be an integer"):
         ledger_path(bad, "/ledgers")  # type: ignore[arg-type]
+
+
+def test_check_names_a_bad_state_or_digest() -> None:
+    with pytest.raises(InvalidMetadataError, match="state must be a LedgerState"):
+        LedgerMetadata(1, 1, 1, {0: ["a:1"]}, state=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMetadataError, match="digest_type must be a DigestType"):
+        LedgerMetadata(1, 1, 1, {0: ["a:1"]}, digest_type=3)  # type: ignore[arg-type]
+
+
+def test_ensemble_at_and_a_proto_that_breaks_an_invariant() -> None:
+    md = LedgerMetadata(1, 1, 1, {5: ["a:1"], 9: ["b:1"]})
+    assert md.ensemble_at(5) == ("a:1",)
+    assert md.ensemble_at(100) == ("b:1",)
+    with pytest.raises(ValueError, match="precedes the first ensemble"):
+        md.ensemble_at(4)
+    fmt = md.to_proto()
+    fmt.ensembleSize = 2  # segments of one bookie now contradict it
+    with pytest.raises(CorruptMetadataError, match="invalid ledger metadata"):
+        LedgerMetadata.from_proto(fmt)

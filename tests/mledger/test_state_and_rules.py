@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.entry_format import decode_pulsar_entry
 from bookiesim.mledger.ledger_properties import set_properties
+from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
 from bookiesim.mledger.publishing import Message, encode_messages
 from bookiesim.mledger.record import (
     INDEX_PROPERTY,
@@ -201,3 +202,50 @@ def test_published_entries_carry_the_running_index(counts: list[int], metadata: 
         index += message.num_messages
         assert entry.index == (index if metadata else None)
         assert entry.metadata.publish_time == (1234 if message.publish_time is None else 9)
+
+
+# -- the ledger list ---------------------------------------------------------------------------
+
+
+@given(
+    counts=st.lists(st.integers(0, 4), max_size=6),
+    probe=st.tuples(st.integers(0, 8), st.integers(-2, 6)),
+)
+def test_ledger_list_agrees_with_a_flat_list_of_positions(
+    counts: list[int], probe: tuple[int, int]
+) -> None:
+    ledgers = LedgerList([LedgerSummary(2 * i + 1, n, None) for i, n in enumerate(counts)])
+    flat = [Position(2 * i + 1, e) for i, n in enumerate(counts) for e in range(n)]
+    assert ledgers.total_entries == len(flat)
+    assert len(ledgers) == len(counts)
+    assert [ledgers.position_at(o) for o in range(len(flat))] == flat
+    assert [ledgers.offset_of(p) for p in flat] == list(range(len(flat)))
+    assert ledgers.first_position() == (flat[0] if flat else None)
+    assert ledgers.last_position() == (flat[-1] if flat else None)
+    position = Position(*probe)
+    after = sum(1 for p in flat if p < position)
+    assert ledgers.clamp_offset(position, after=True) == after
+    assert ledgers.clamp_offset(position, after=False) == sum(1 for p in flat if p <= position) - 1
+    following = [p for p in flat if p > position]
+    if following:
+        assert ledgers.next_position(position) == following[0]
+    with pytest.raises(IndexError):
+        ledgers.position_at(len(flat))
+    with pytest.raises(KeyError):
+        ledgers.index_of(0)  # ids are odd
+    if position not in flat:
+        with pytest.raises(KeyError):
+            ledgers.offset_of(position)
+
+
+def test_ledger_list_edges() -> None:
+    assert LedgerList([]).next_position(Position(4, 7)) == Position(4, 8)
+    tail = LedgerList([LedgerSummary(1, 2, None), LedgerSummary(3, 0, 0)])
+    assert tail.next_position(Position(1, 1)) == Position(3, 0)  # the open ledger's next
+    assert tail.last_of(0) == Position(1, 1)
+    with pytest.raises(ValueError, match="ascend"):
+        LedgerList([LedgerSummary(3, 1, None), LedgerSummary(1, 1, None)])
+    assert Position.parse("12:-1") == Position(12, -1)
+    assert str(Position(12, 3)) == "12:3"
+    with pytest.raises(ValueError, match="LEDGER:ENTRY"):
+        Position.parse("12")
