@@ -8,15 +8,13 @@ the move up in :data:`TRANSITIONS` and refuses anything else with
 :class:`IllegalTransition`. No I/O here, so hypothesis can walk the table on its own
 (``tests/entrylog/test_lifecycle.py``)::
 
-    RESERVED --create_file--> POOLED --open--> PREALLOCATED --activate--> ACTIVE
-        \\______________open__________________/   ^  |                       |
-                                                 |  return_to_pool        rotate
-                                                 |  v                       v
-                                     (relocate)  POOLED                   ROTATED
-                                                                           |
-                                                                      checkpoint
-                                                                           v
-                                                        FLUSHED --delete--> DELETED
+    RESERVED -create_file-> POOLED -open-> PREALLOCATED -activate-> ACTIVE -rotate-> ROTATED
+    ROTATED -checkpoint-> FLUSHED -delete-> DELETED
+
+    and on the side:  RESERVED -open-> PREALLOCATED   (made now, for want of a pooled log)
+                      PREALLOCATED -return_to_pool-> POOLED, PREALLOCATED -relocate-> itself
+                      RESERVED, POOLED, PREALLOCATED -discard-> DISCARDED
+                      ACTIVE -close-> CLOSED          (the logger closes)
 
 * RESERVED: an id allocated (``lastId`` names it) and registered unflushed with
   ``RecentEntryLogsStatus``; no file yet (the pool's worker, or the owner, creates it).
