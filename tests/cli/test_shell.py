@@ -9,78 +9,35 @@ and the byte offset with exit code 2 — never a traceback.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import struct
-import subprocess
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bookiesim.bookie.index_format import index_path
 from bookiesim.bookie.journal import (
     HEADER_SIZE as JOURNAL_HEADER_SIZE,
 )
 from bookiesim.bookie.journal import (
     METAENTRY_ID_LEDGER_KEY,
     DataRecord,
-    ExplicitLacRecord,
-    FenceRecord,
-    JournalRecord,
-    JournalWriter,
     LogMark,
-    MasterKeyRecord,
-    UnknownMetaRecord,
     encode_header,
     encode_record,
     write_last_mark,
 )
-from bookiesim.bookie.ledger_index import LedgerIndex
-from bookiesim.cli.main import main
 from bookiesim.client.digest import DigestManager
-from bookiesim.entrylog.format import HEADER_SIZE
-from bookiesim.entrylog.writer import EntryLogWriter
 
-PASSWORD = b"secret"
-
-
-@dataclass(frozen=True)
-class Written:
-    ledger_id: int
-    entry_id: int
-    lac: int
-    location: int
-    body: bytes
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str | os.PathLike[str]) -> tuple[int, str, str]:
-    code = main(["shell", *(os.fspath(a) for a in argv)])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def json_lines(out: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in out.splitlines()]
-
-
-def write_log(directory: Path, log_id: int, *, seal: bool) -> tuple[Path, list[Written]]:
-    """Two ledgers interleaved (an upstream-style shared log), bodies packaged by the client."""
-    written = []
-    with EntryLogWriter(directory, log_id) as writer:
-        for entry_id in range(4):
-            for ledger_id in (5, 2**40 + 3):
-                dm = DigestManager(ledger_id, PASSWORD)
-                lac = entry_id - 1
-                body = dm.package(entry_id, lac, 10 * (entry_id + 1), b"payload-%d" % entry_id)
-                location = writer.append(body)
-                written.append(Written(ledger_id, entry_id, lac, location, body))
-        if seal:
-            writer.append_ledgers_map()
-    return writer.path, written
+from .shell_files import (
+    JOURNAL_RECORDS,
+    PASSWORD,
+    Written,
+    json_lines,
+    run,
+    write_index,
+    write_journal,
+    write_log,
+)
 
 
 @pytest.fixture
@@ -262,23 +219,6 @@ def test_readlog_needs_a_log_id_for_other_names(
 
 # ---------------------------------------------------------------------------- readjournal
 
-JOURNAL_RECORDS: list[JournalRecord] = [
-    MasterKeyRecord(5, DigestManager(5, PASSWORD).master_key),
-    DataRecord.from_body(DigestManager(5, PASSWORD).package(0, -1, 3, b"abc")),
-    DataRecord.from_body(DigestManager(5, PASSWORD).package(1, 0, 6, b"def")),
-    FenceRecord(5),
-    ExplicitLacRecord(5, DigestManager(5, PASSWORD).package_lac(1)),
-    UnknownMetaRecord(5, -0x10000, struct.pack(">qq", 5, -0x10000) + b"future"),
-]
-
-
-def write_journal(tmp_path: Path) -> Path:
-    with JournalWriter(tmp_path / "journal", prealloc_size=4096) as writer:
-        writer.append(JOURNAL_RECORDS)
-        writer.flush()
-        path = Path(writer.path)
-    return path
-
 
 def test_readjournal_json_has_every_record_kind(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -355,19 +295,6 @@ def test_readjournal_size_is_the_length_field(
 
 
 # ---------------------------------------------------------------------------- readindex
-
-
-def write_index(tmp_path: Path) -> tuple[Path, dict[int, int]]:
-    index = LedgerIndex([tmp_path / "index"])
-    dm = DigestManager(0x1234, PASSWORD)
-    index.create_ledger(0x1234, dm.master_key)
-    locations = {e: ((0x40 + e % 2) << 32) | (HEADER_SIZE + 4 + 100 * e) for e in (0, 1, 2, 5)}
-    for entry_id, location in locations.items():
-        index.set_location(0x1234, entry_id, location)
-    index.set_fenced(0x1234)
-    index.set_explicit_lac(0x1234, dm.package_lac(2))
-    index.close()
-    return index_path(tmp_path / "index", 0x1234), locations
 
 
 def test_readindex_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -468,146 +395,3 @@ def test_lastmark_in_a_ledger_dir_or_its_current(
         "4096",
         "18f00aabbcc.txn",
     ]
-
-
-# ---------------------------------------------------------------------------- errors
-
-
-def _bad_files(tmp_path: Path) -> dict[str, tuple[list[str], Path, int | None]]:
-    """name -> (shell arguments, the file the error must name, the offset it must name)."""
-    wrong_magic = tmp_path / "a.log"
-    wrong_magic.write_bytes(b"BKLX" + bytes(2000))
-    torn_header = tmp_path / "b.log"
-    torn_header.write_bytes(encode_log_header_prefix())
-    junk = tmp_path / "junk.txn"
-    junk.write_bytes(b"Junk data, not a journal" * 10)
-    junk_after_records = tmp_path / "later.txn"
-    first = encode_record(DataRecord.from_body(struct.pack(">qq", 1, 0) + b"ok"))
-    junk_after_records.write_bytes(encode_header() + first + b"\x80\x00\x00\x00" + bytes(8))
-    bad_index = tmp_path / "5.idx"
-    bad_index.write_bytes(b"BKLF" + bytes(1020))
-    torn_index = tmp_path / "6.idx"
-    torn_index.write_bytes(b"BKLE\x00\x00\x00\x01\x00\x00\x00\x14abc")
-    short_mark = tmp_path / "ledgers" / "current" / "lastMark"
-    short_mark.parent.mkdir(parents=True)
-    short_mark.write_bytes(b"\x00" * 10)
-    missing = tmp_path / "missing"
-    return {
-        "wrong magic": (["readlog", str(wrong_magic)], wrong_magic, 0),
-        "torn log header": (["readlog", str(torn_header)], torn_header, 20),
-        "torn log header, map": (["readlog", str(torn_header), "--ledgers-map"], torn_header, 20),
-        "junk journal": (["readjournal", str(junk)], junk, 0),
-        "junk after records": (
-            ["readjournal", str(junk_after_records)],
-            junk_after_records,
-            JOURNAL_HEADER_SIZE + len(first),
-        ),
-        "bad index signature": (["readindex", str(bad_index)], bad_index, 0),
-        "torn index header": (["readindex", str(torn_index)], torn_index, 8),
-        "short lastMark": (["lastmark", str(tmp_path / "ledgers")], short_mark, 10),
-        "missing log": (["readlog", str(missing / "1.log")], missing / "1.log", None),
-        "missing journal": (["readjournal", str(missing)], missing, None),
-        "missing index": (["readindex", str(missing)], missing, None),
-        "missing dir": (["lastmark", str(missing)], missing, None),
-        "no lastMark": (["lastmark", str(tmp_path)], tmp_path, None),
-    }
-
-
-def encode_log_header_prefix() -> bytes:
-    """The first 20 bytes of a V1 entry log header: a crash cut the rest."""
-    return b"BKLO" + struct.pack(">iqi", 1, 0, 0)
-
-
-BAD_FILE_CASES = [
-    "wrong magic",
-    "torn log header",
-    "torn log header, map",
-    "junk journal",
-    "junk after records",
-    "bad index signature",
-    "torn index header",
-    "short lastMark",
-    "missing log",
-    "missing journal",
-    "missing index",
-    "missing dir",
-    "no lastMark",
-]
-
-
-@pytest.mark.parametrize("case", BAD_FILE_CASES)
-@pytest.mark.parametrize("as_json", [False, True])
-def test_a_bad_file_is_one_line_and_exit_2(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str, as_json: bool
-) -> None:
-    argv, named, offset = _bad_files(tmp_path)[case]
-    code, out, err = run(capsys, *argv, *(["--json"] if as_json else []))
-    assert code == 2
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    (line,) = lines
-    assert line.startswith(f"bookiesim shell {argv[0]}: {named}")
-    assert "Traceback" not in line
-    if offset is not None:
-        assert f": offset {offset}: " in line
-    if case == "junk after records":
-        assert len(out.splitlines()) == (1 if as_json else 3)  # the good record came first
-    else:
-        assert out == ""
-
-
-def test_bad_file_helper_is_stable(tmp_path: Path) -> None:
-    # The parametrization above lists the cases without files; keep both in step.
-    assert list(_bad_files(tmp_path)) == BAD_FILE_CASES
-
-
-# ---------------------------------------------------------------------------- help, pipes
-
-
-@pytest.mark.parametrize(
-    ("command", "make"),
-    [
-        ("readlog", lambda p: write_log(p, 0x1F, seal=True)[0]),
-        ("readjournal", write_journal),
-        ("readindex", lambda p: write_index(p)[0]),
-    ],
-)
-def test_every_json_key_is_documented_in_help(
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    command: str,
-    make: Callable[[Path], Path],
-) -> None:
-    path = make(tmp_path)
-    extra = ["--print-body"] if command == "readlog" else []
-    code, out, _ = run(capsys, command, path, "--json", *extra)
-    assert code == 0
-    keys = {k for obj in json_lines(out) for k in obj}
-    if command == "readlog":
-        code, out, _ = run(capsys, command, path, "--json", "--ledgers-map")
-        keys |= {k for obj in json_lines(out) for k in obj}
-    with pytest.raises(SystemExit):
-        main(["shell", command, "--help"])
-    help_text = capsys.readouterr().out
-    assert {k for k in keys if k not in help_text} == set()
-
-
-def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
-    # Enough rows to fill the pipe, so the shell meets the closed pipe while writing.
-    with EntryLogWriter(tmp_path, 1) as writer:
-        for entry_id in range(20_000):
-            writer.append(struct.pack(">qqq", 3, entry_id, entry_id - 1) + bytes(8))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bookiesim", "shell", "readlog", str(writer.path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    first = proc.stdout.readline()
-    proc.stdout.close()  # what `| head -1` does
-    err = proc.stderr.read()
-    proc.stderr.close()
-    assert proc.wait(timeout=60) == 0
-    assert b"log 0x1 (1)" in first
-    assert err == b""
