@@ -40,6 +40,10 @@ from bookiesim.bookie.http_admin import (
 )
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.bookie.server import BookieServer
+from bookiesim.metadata import open_store
+from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
+from bookiesim.metadata.ledgers import LedgerManager
+from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, register_bookie
 from bookiesim.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -141,10 +145,6 @@ class BookieService:
             await check_cookies(cfg)
             await self._serve(None, task_status=task_status)
             return
-        # The metadata store's code is only loaded by bookies that use one.
-        from bookiesim.metadata import open_store
-        from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
-
         async with open_store(cfg.metadata_service_uri) as store:
             instance = await ensure_cluster(store)
             await check_cookies(
@@ -183,13 +183,6 @@ class BookieService:
         """Register in the metadata store (an ephemeral node that vanishes with this
         process) for as long as the bookie serves; clients find bookies there. GC lists the
         store's ledgers through the same session to find the deleted ones."""
-        from bookiesim.metadata.ledgers import LedgerManager
-        from bookiesim.metadata.registration import (
-            FEATURE_WRITE_CLOSE,
-            BookieInfo,
-            register_bookie,
-        )
-
         # Upstream bookies know no WriteClose; advertising it would make clients send frames
         # an upstream bookie cannot parse.
         features = frozenset() if self.cfg.upstream_behaviour else {FEATURE_WRITE_CLOSE}
