@@ -50,9 +50,10 @@ from bookiesim.mledger.cursor import ManagedCursor
 from bookiesim.mledger.entry_format import PulsarEntryError, decode_pulsar_entry
 from bookiesim.mledger.errors import ManagedLedgerError
 from bookiesim.mledger.info_json import info_to_json
-from bookiesim.mledger.managed_ledger import ManagedLedger, Message, open_managed_ledger
+from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.meta_store import MetaStore
 from bookiesim.mledger.position import Position
+from bookiesim.mledger.publishing import Message
 from bookiesim.mledger.seek import SeekStrategy
 
 __all__ = ["register"]

@@ -86,8 +86,7 @@ from bookiesim.mledger.seek import (
 from bookiesim.mledger.state import ManagedLedgerLifecycle, MLEvent
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
 
-__all__ = ["ManagedLedger", "Message", "open_managed_ledger"]
-# ``Message`` lives in :mod:`.publishing`; named here too for the ``topic`` command.
+__all__ = ["ManagedLedger", "open_managed_ledger"]
 
 log = logging.getLogger(__name__)
 

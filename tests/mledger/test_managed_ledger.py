@@ -21,8 +21,9 @@ from bookiesim.mledger.compression import (
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.entry_format import decode_pulsar_entry
 from bookiesim.mledger.errors import ManagedLedgerFencedError
-from bookiesim.mledger.managed_ledger import ManagedLedger, Message, open_managed_ledger
+from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.position import Position
+from bookiesim.mledger.publishing import Message
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
 
 from .conftest import FakeClock

@@ -18,8 +18,9 @@ from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.cursor import acked_ranges
 from bookiesim.mledger.entry_format import decode_pulsar_entry
 from bookiesim.mledger.expiry import MessageExpiryMonitor
-from bookiesim.mledger.managed_ledger import ManagedLedger, Message, open_managed_ledger
+from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.position import Position
+from bookiesim.mledger.publishing import Message
 from bookiesim.mledger.seek import SeekStrategy
 
 from .conftest import FakeClock
