@@ -195,6 +195,7 @@ def _structure_errors(name: str, bookie: Bookie) -> list[str]:
     checks = (
         ("entry logger", bookie.storage.entry_logger._check),
         ("ledger index", bookie.storage.index._check),
+        ("ledger handles", bookie.handles._check),
         ("garbage collector", bookie.gc._check),
     )
     for what, check in checks:
