@@ -20,8 +20,9 @@ from bookiesim.metadata.cookies import (
     encode_dir_paths,
 )
 
-TEXT = st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20)
-DIRS = st.lists(st.text(st.characters(exclude_characters="\t\x00"), min_size=1), min_size=1)
+TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=20)
+DIR = st.text(st.characters(codec="utf-8", exclude_characters="\t\x00"), min_size=1)
+DIRS = st.lists(DIR, min_size=1)
 
 
 @given(
