@@ -1,6 +1,7 @@
 """Journal files on disk: the writer, chunked scanning, crash cuts, replay and cleanup.
 
-Why: ``journal_format`` is tested on bytes; this module checks that the file layer writes
+Why: ``journal.records`` and ``journal.decoder`` are tested on bytes; this module checks
+that the file layer writes
 exactly those bytes (ids, header, preallocation, padding per flush, rolls), reads files in
 chunks without trusting their size, survives a crash at any byte, and replays and deletes
 journals relative to a checkpoint mark the way upstream's bookie does.

@@ -1,6 +1,7 @@
 """The journal byte format without files: layouts, padding rule, and the sans-IO decoder.
 
-Why: every rule about what a journal may contain lives in ``journal_format``; testing it on
+Why: every rule about what a journal may contain lives in ``journal.records`` and
+``journal.decoder``; testing it on
 bytes lets hypothesis explore record mixes, chunkings and crash cuts quickly, and pins the
 byte layouts to hand-computed vectors so a refactor cannot drift from upstream's format.
 """

@@ -5,8 +5,8 @@ independent model written as the bookie used to decode its four loose fields (``
 ``key_journaled``, a fence event, a fence error): every legal event moves as the model says,
 every illegal one is refused with a message naming the ledger, the state and the event, and
 leaves the state alone; ``_check()`` after every step. The descriptor's trio side (fencing
-reads sharing one journal write, each seeing its own write's outcome) is driven with a fake
-journal.
+reads sharing one journal write, each seeing its own write's outcome) is driven by hand, the
+test playing the journal's completions.
 """
 
 from __future__ import annotations
@@ -134,13 +134,6 @@ def test_check_catches_a_flag_out_of_step() -> None:
         machine._check()
 
 
-class _Journal:
-    """Holds the completions a descriptor hands over, so the test decides when they run."""
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[list[object], object]] = []
-
-
 class DescriptorMachine(RuleBasedStateMachine):
     """A descriptor driven as the bookie drives it: key records, fences, journal outcomes."""
 
@@ -148,7 +141,6 @@ class DescriptorMachine(RuleBasedStateMachine):
     def start(self, fenced: bool) -> None:
         self.handle = LedgerDescriptor(3, b"key", fenced=fenced)
         self.model = Model(fenced=fenced)
-        self.journaled: list[object] = []
 
     @rule()
     def journal_key(self) -> None:

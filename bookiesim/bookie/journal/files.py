@@ -1,7 +1,8 @@
 """Journal files: writing ``<journalDir>/current/<hex id>.txn``, scanning and replaying them.
 
-Why this module exists: it is the I/O edge around ``journal_format`` (which owns every byte
-rule). The writer is shaped for group commit, the one thing that makes a journal fast: many
+Why this module exists: it is the I/O edge around ``records`` and ``decoder``
+(which own every byte rule). The writer is shaped for group commit, the one thing that
+makes a journal fast: many
 records are appended to an in-memory buffer, one ``flush()`` hands them to the OS in a single
 ``pwrite`` (padding the file to a sector boundary, as upstream V5+ does), and one ``fsync()``
 makes the whole group durable. Per record the writer only appends bytes to a ``bytearray``;
