@@ -47,7 +47,7 @@ from bookiesim.console import LineWriter
 from bookiesim.mledger.compression import CorruptManagedInfoError
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.cursor import ManagedCursor
-from bookiesim.mledger.entry_format import PulsarEntryError, decode_pulsar_entry
+from bookiesim.proto.pulsar_entry import PulsarEntryError, decode_pulsar_entry
 from bookiesim.mledger.errors import ManagedLedgerError
 from bookiesim.mledger.info_json import info_to_json
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger

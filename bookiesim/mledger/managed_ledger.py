@@ -28,7 +28,7 @@ described by one ManagedLedgerInfo record at ``/managed-ledgers/<name>``
   size and close time are never taken from the record that was written, so a close that
   happened while the write was in flight cannot be undone (upstream #26228).
 
-Entries are stored in Pulsar's layout (:mod:`.entry_format`). :meth:`ManagedLedger.publish`
+Entries are stored in Pulsar's layout (:mod:`bookiesim.proto.pulsar_entry`). :meth:`ManagedLedger.publish`
 adds broker entry metadata (broker timestamp, index) as a broker with both interceptors
 does; the index continues across restarts from the ``index`` property and the last entry.
 """

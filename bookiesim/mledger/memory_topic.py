@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bookiesim.mledger.entry_format import encode_pulsar_entry
+from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
 from bookiesim.mledger.seek import EntryBounds
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bookiesim.mledger.entry_format import encode_pulsar_entry
+from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 
 __all__ = ["Message", "encode_messages", "wall_clock_ms"]
 

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from bookiesim.mledger.entry_format import parse_pulsar_entry
+from bookiesim.proto.pulsar_entry import parse_pulsar_entry
 from bookiesim.mledger.finder import (
     EntrySource,
     NarrowedRange,

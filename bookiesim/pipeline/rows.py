@@ -42,6 +42,7 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
 from bookiesim.pipeline.inputs import Split
 from bookiesim.proto.entry_header import HEADER_LENGTH, LAC_OFFSET, LENGTH_OFFSET
+from bookiesim.proto.pulsar_entry import parse_pulsar_entry
 
 __all__ = ["COLUMNS", "SCHEMA", "Columns", "read_split", "scan_split"]
 
@@ -70,13 +71,6 @@ _PULSAR_MAGICS = (b"\x0e\x01", b"\x0e\x02")
 _PULSAR_FIRST_BYTES = frozenset(magic[0] for magic in _PULSAR_MAGICS)
 PulsarFields = tuple[int | None, int | None, int | None]
 PulsarParser = Callable[[bytes], PulsarFields | None]
-
-
-def _pulsar_parser() -> PulsarParser:
-    from bookiesim.mledger.entry_format import parse_pulsar_entry
-
-    parser: PulsarParser = parse_pulsar_entry
-    return parser
 
 
 def payload_offset(ledger_id: int, body: bytes) -> int | None:
@@ -243,7 +237,7 @@ def scan_split(
         if problems:
             yield _problem_batch(split, "unreadable", 0, 0, split.error)
         return
-    parse = _pulsar_parser() if pulsar else None
+    parse: PulsarParser | None = parse_pulsar_entry if pulsar else None
     offsets: dict[int, int | None] = {}
     with EntryLogReader(split.path, split.log_id) as reader:
         scan = scan_entry_log_batches(reader, start=split.start, stop=split.stop)

@@ -19,7 +19,7 @@ from bookiesim.mledger.compression import (
     decode_ledger_info,
 )
 from bookiesim.mledger.config import ManagedLedgerConfig
-from bookiesim.mledger.entry_format import decode_pulsar_entry
+from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 from bookiesim.mledger.errors import ManagedLedgerFencedError
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.position import Position

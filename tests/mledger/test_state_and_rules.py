@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from bookiesim.mledger.config import ManagedLedgerConfig
-from bookiesim.mledger.entry_format import decode_pulsar_entry
+from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 from bookiesim.mledger.ledger_properties import set_properties
 from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
 from bookiesim.mledger.publishing import Message, encode_messages

@@ -16,7 +16,7 @@ import trio
 from bookiesim.client import BookKeeper
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.cursor import acked_ranges
-from bookiesim.mledger.entry_format import decode_pulsar_entry
+from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 from bookiesim.mledger.expiry import MessageExpiryMonitor
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.position import Position

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bookiesim.client.digest import DigestManager
-from bookiesim.mledger.entry_format import encode_pulsar_entry
+from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 from bookiesim.pipeline.blocks import BLOCKS_SCHEMA, read_split_blocks
 from bookiesim.pipeline.inputs import find_log_files, plan_splits
 from bookiesim.pipeline.rows import read_split

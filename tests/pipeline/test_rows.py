@@ -108,7 +108,7 @@ def test_big_logs_are_split_at_record_offsets(tmp_path: Path) -> None:
 
 def test_pulsar_fields_are_read_for_every_digest_type(tmp_path: Path) -> None:
     from bookiesim.client.digest import DigestManager, DigestType
-    from bookiesim.mledger.entry_format import encode_pulsar_entry
+    from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 
     bodies = []
     for ledger_id, digest in enumerate(DigestType):
@@ -148,7 +148,7 @@ def test_pulsar_fields_are_those_of_each_entry(entries: list[tuple[int, int | by
     """Whatever mix a batch holds (Pulsar or not, payloads shorter than a magic, a leading
     0x0e that is no magic, two payload offsets), each row has its own entry's fields."""
     from bookiesim.client.digest import DigestManager, DigestType
-    from bookiesim.mledger.entry_format import encode_pulsar_entry
+    from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 
     bodies, expected = [], []
     next_entry = [0] * 4

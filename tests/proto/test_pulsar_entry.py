@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.mledger.entry_format import (
+from bookiesim.proto.pulsar_entry import (
     PulsarEntryError,
     decode_pulsar_entry,
     encode_pulsar_entry,
