@@ -31,8 +31,8 @@ from bookiesim.proto.frames import (
     NEED_DATA,
     FrameDecoder,
     FrameError,
-    encode_frame,
 )
+from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_request
 
 log = logging.getLogger(__name__)
@@ -74,43 +74,11 @@ class V2Processor(Protocol):
     async def process_waiting_v2(self, request: v2.V2Request, respond: Respond) -> None: ...
 
 
-class _Outgoing:
-    """Responses waiting to be written, and the event that wakes the writer."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.wake = trio.Event()
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-        self.wake.set()
-
-    def respond(self, response: pb.Response | bytes) -> None:
-        """Queue a response; ``bytes`` are an already framed response."""
-        if self.closed:
-            return
-        if isinstance(response, bytes):
-            self.buffer += response
-        else:
-            self.buffer += encode_frame(response.SerializeToString())
-        self.wake.set()
-
-    async def writer(self, stream: trio.abc.Stream) -> None:
-        while True:
-            await self.wake.wait()
-            self.wake = trio.Event()
-            if not self.buffer:
-                if self.closed:
-                    return
-                continue
-            data = bytes(self.buffer)
-            self.buffer.clear()
-            try:
-                await stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self.closed = True
-                return
+async def _write_responses(outgoing: FramedWriter, stream: trio.abc.Stream) -> None:
+    try:
+        await outgoing.run(stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        outgoing.abort()  # the client is gone: later answers have no one to go to
 
 
 class BookieServer:
@@ -140,10 +108,10 @@ class BookieServer:
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
-        outgoing = _Outgoing()
+        outgoing = FramedWriter()
         try:
             async with trio.open_nursery() as outer:
-                outer.start_soon(outgoing.writer, stream)
+                outer.start_soon(_write_responses, outgoing, stream)
                 try:
                     async with trio.open_nursery() as waiting:
                         await self._read_loop(stream, outgoing, waiting)
@@ -159,12 +127,12 @@ class BookieServer:
             await trio.aclose_forcefully(stream)
 
     async def _read_loop(
-        self, stream: trio.abc.Stream, outgoing: _Outgoing, nursery: trio.Nursery
+        self, stream: trio.abc.Stream, outgoing: FramedWriter, nursery: trio.Nursery
     ) -> None:
         """Read and dispatch until EOF; a broken stream or a bad frame ends it (logged)."""
         decoder = FrameDecoder(self.max_frame_size)
         processor = self.processor
-        respond = outgoing.respond
+        respond: Respond = outgoing.send
         try:
             while True:
                 data = await stream.receive_some(RECEIVE_CHUNK)
@@ -194,14 +162,14 @@ class BookieServer:
         v3_error: FrameError,
         decoder: FrameDecoder,
         stream: trio.abc.Stream,
-        outgoing: _Outgoing,
+        outgoing: FramedWriter,
         nursery: trio.Nursery,
     ) -> None:
         """The rest of a connection whose frame ``first`` was not v3: decode it and every
         later frame as v2. Raises :class:`FrameError` for a frame that is not v2 either."""
         processor = self.v2_processor
         assert processor is not None
-        respond = outgoing.respond
+        respond: Respond = outgoing.send
         try:
             request = v2.decode_request(first)
         except v2.V2FrameError as exc:

@@ -44,6 +44,7 @@ from bookiesim.proto.frames import (
     FrameError,
     encode_frame,
 )
+from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_response
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,7 @@ class BookieConnection:
         self._txn_ids = itertools.count(1)
         self._waiters: dict[int, ResponseCallback] = {}
         self._closed: BaseException | None = None
-        self._outgoing = bytearray()
-        self._wake_writer = trio.Event()
+        self._writer = FramedWriter(self._send_lock)
 
     def next_txn_id(self) -> int:
         return next(self._txn_ids)
@@ -153,9 +153,9 @@ class BookieConnection:
             if queue is None:
                 queue = self._by_key[v2_key] = deque()
             queue.append(txn_id)
-        data = request if isinstance(request, bytes) else request.SerializeToString()
-        self._outgoing += encode_frame(data)
-        self._wake_writer.set()
+        self._writer.send_message(
+            request if isinstance(request, bytes) else request.SerializeToString()
+        )
 
     def pending(self) -> list[tuple[int, ResponseCallback]]:
         """A snapshot of the requests still waiting for an answer (txnId, callback)."""
@@ -169,15 +169,7 @@ class BookieConnection:
     async def writer_loop(self) -> None:
         """Send what :meth:`submit` queued, one ``send_all`` per burst, until closed."""
         try:
-            while self._closed is None:
-                await self._wake_writer.wait()
-                self._wake_writer = trio.Event()
-                if not self._outgoing:
-                    continue
-                data = bytes(self._outgoing)
-                self._outgoing.clear()
-                async with self._send_lock:
-                    await self._stream.send_all(data)
+            await self._writer.run(self._stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             # The reader notices too (and fails the waiters); make sure it does soon.
             if self._closed is None:
@@ -215,7 +207,7 @@ class BookieConnection:
         finally:
             if self._closed is None:
                 self._closed = ConnectionClosedError("reader stopped")
-            self._wake_writer.set()
+            self._writer.abort()
             self._fail_waiters()
 
     def _dispatch_v2(self, frame: bytes) -> None:
