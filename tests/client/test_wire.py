@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.client.wire import NotOnV2Error, response_from_v2, to_v2
+from bookiesim.client.wire import NotOnV2Error, response_from_v2, to_v2, v2_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.v3 import (
@@ -150,3 +150,15 @@ def test_what_v2_cannot_carry_is_refused_by_name() -> None:
     )
     with pytest.raises(NotOnV2Error, match="long-poll"):
         to_v2(poll)
+
+
+def test_deferred_sync_adds_and_auth_answers_have_no_v2_path() -> None:
+    add = pb.AddRequest(ledgerId=1, entryId=0, masterKey=b"", body=b"x", writeFlags=1)
+    with pytest.raises(NotOnV2Error, match="DEFERRED_SYNC"):
+        to_v2(from_message(pb.Request(addRequest=add)))
+    auth = v2.AuthResponse("AuthDisabledPlugin", b"")
+    assert v2_key(auth) is None
+    with pytest.raises(v2.V2FrameError, match="unexpected v2 answer AuthResponse"):
+        response_from_v2(auth, 1)
+    with pytest.raises(ValueError, match="no operation sub-message"):
+        from_message(pb.Request())
