@@ -27,6 +27,8 @@ __all__ = [
     "LAC_OFFSET",
     "LENGTH_OFFSET",
     "EntryHeader",
+    "blob_lac",
+    "body_lac",
 ]
 
 HEADER: Final = struct.Struct(">qqqq")
@@ -68,3 +70,21 @@ class EntryHeader(NamedTuple):
     def unpack(cls, body: bytes | bytearray | memoryview, offset: int = 0) -> EntryHeader:
         """The header at ``offset`` of ``body`` (``struct.error`` if fewer than 32 bytes)."""
         return cls._make(_unpack_from(body, offset))
+
+
+_LONG = struct.Struct(">q")
+
+
+def body_lac(body: bytes | bytearray | memoryview) -> int | None:
+    """The LAC a packaged entry carries, or None if the body is too short to hold one (the
+    shell reads damaged and foreign files as they are)."""
+    if len(body) < LENGTH_OFFSET:
+        return None
+    return int(_LONG.unpack_from(body, LAC_OFFSET)[0])
+
+
+def blob_lac(blob: bytes | bytearray | memoryview) -> int | None:
+    """The LAC in a WriteLac blob, or None if the blob is too short to hold one."""
+    if len(blob) < LAC_BLOB_LENGTH:
+        return None
+    return int(LAC_BLOB.unpack_from(blob)[1])

@@ -19,6 +19,8 @@ from bookiesim.proto.entry_header import (
     LAC_OFFSET,
     LENGTH_OFFSET,
     EntryHeader,
+    blob_lac,
+    body_lac,
 )
 
 longs = st.integers(-(2**63), 2**63 - 1)
@@ -59,3 +61,14 @@ def test_out_of_range_fields_and_short_bodies_are_struct_errors() -> None:
         EntryHeader(2**63, 0, 0, 0).pack()
     with pytest.raises(struct.error):
         EntryHeader.unpack(b"\x00" * 31)
+
+
+@given(longs, st.binary(max_size=40))
+def test_body_and_blob_lac_read_what_fits(lac: int, tail: bytes) -> None:
+    body = EntryHeader(1, 2, lac, 3).pack() + tail
+    assert body_lac(body) == lac
+    assert body_lac(body[:LENGTH_OFFSET]) == lac
+    assert body_lac(body[: LENGTH_OFFSET - 1]) is None
+    blob = LAC_BLOB.pack(1, lac) + tail
+    assert blob_lac(blob) == lac
+    assert blob_lac(blob[:15]) is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import struct
 import sys
 from collections.abc import Callable
 
@@ -22,11 +21,6 @@ from bookiesim.console import Column, LineWriter, StreamTable, make_console, qui
 from bookiesim.entrylog.format import EntryLogFormatError
 
 EXIT_BAD_FILE = 2
-LONG = struct.Struct(">q")
-LAC_IN_BODY = 16
-"""An entry body is ledgerId, entryId, lastAddConfirmed, ...: the LAC is bytes 16..24."""
-LAC_IN_BLOB = 8
-"""An explicit LAC blob is ledgerId, lac, digest: the LAC is bytes 8..16."""
 BODY_PREVIEW = 48
 LAST_MARK_NAME = re.compile(re.escape(LAST_MARK_FILE) + r"(?:\.(\d+))?")
 

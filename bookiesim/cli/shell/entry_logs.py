@@ -12,8 +12,6 @@ from rich.markup import escape
 
 from bookiesim.cli.shell.common import (
     BODY_PREVIEW,
-    LAC_IN_BODY,
-    LONG,
     Out,
     ShellError,
     counted,
@@ -28,6 +26,7 @@ from bookiesim.entrylog.metadata import (
 )
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log
+from bookiesim.proto.entry_header import body_lac
 
 READLOG_KEYS = """\
 JSON keys, entries ({"type": "entry"}):
@@ -102,7 +101,7 @@ def readlog(args: argparse.Namespace, out: Out) -> int:
             shown += 1
             body = rec.body
             assert body is not None  # the scan reads bodies by default
-            lac = LONG.unpack_from(body, LAC_IN_BODY)[0] if len(body) >= 24 else None
+            lac = body_lac(body)
             location = (log_id << 32) | rec.pos
             if table is None:
                 obj: dict[str, Any] = {

@@ -29,16 +29,14 @@ from bookiesim.bookie.journal import (
     read_last_mark,
 )
 from bookiesim.cli.shell.common import (
-    LAC_IN_BLOB,
-    LAC_IN_BODY,
     LAST_MARK_NAME,
-    LONG,
     Out,
     ShellError,
     counted,
 )
 from bookiesim.console import Column
 from bookiesim.entrylog.format import split_location
+from bookiesim.proto.entry_header import blob_lac, body_lac
 
 READJOURNAL_KEYS = """\
 JSON keys, records ({"type": "data" | "masterKey" | "fence" | "explicitLac" | "unknownMeta"}):
@@ -74,7 +72,7 @@ def _describe(rec: JournalRecord) -> tuple[str, int, dict[str, Any], str]:
     """(type, entryId, JSON extras, table detail) of one journal record."""
     if isinstance(rec, DataRecord):
         body = rec.body
-        lac = LONG.unpack_from(body, LAC_IN_BODY)[0] if len(body) >= 24 else None
+        lac = body_lac(body)
         return "data", rec.entry_id, {"lastAddConfirmed": lac}, f"lac={lac}"
     if isinstance(rec, MasterKeyRecord):
         key = rec.master_key.hex()
@@ -83,7 +81,7 @@ def _describe(rec: JournalRecord) -> tuple[str, int, dict[str, Any], str]:
         return "fence", METAENTRY_ID_FENCE_KEY, {}, ""
     if isinstance(rec, ExplicitLacRecord):
         blob = rec.lac_blob
-        lac = LONG.unpack_from(blob, LAC_IN_BLOB)[0] if len(blob) >= 16 else None
+        lac = blob_lac(blob)
         extras = {"explicitLac": lac, "lacBlob": blob.hex()}
         return "explicitLac", METAENTRY_ID_LEDGER_EXPLICITLAC, extras, f"lac={lac}"
     return "unknownMeta", rec.entry_id, {}, ""
@@ -150,7 +148,7 @@ def readindex(args: argparse.Namespace, out: Out) -> int:
     try:
         header = index_file.header
         blob = header.explicit_lac
-        lac = LONG.unpack_from(blob, LAC_IN_BLOB)[0] if blob and len(blob) >= 16 else None
+        lac = blob_lac(blob) if blob else None
         if out.json_lines:
             out.lines.json(
                 {
