@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(BIN)/ruff check bookiesim tests
 	$(BIN)/ruff format --check bookiesim tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m bookiesim.proto.regenerate --check
 	$(BIN)/pytest -q
 
