@@ -35,7 +35,6 @@ import contextlib
 import datetime
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import time
@@ -66,6 +65,7 @@ from bookiesim.console import make_console
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 from bookiesim.entrylog.writer import EntryLogWriter
+from bookiesim.proto.entry_header import IDS
 
 __all__ = [
     "APPENDS_TARGET",
@@ -84,7 +84,6 @@ DEFAULT_REPEATS = 3
 APPENDS_TARGET = 300_000.0
 KIB = 1024
 MB = 1 << 20
-_IDS = struct.Struct(">qq")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -128,8 +127,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _bodies(entry_size: int, count: int) -> list[bytes]:
-    filler = os.urandom(entry_size - _IDS.size)
-    return [_IDS.pack(1, i) + filler for i in range(count)]
+    filler = os.urandom(entry_size - IDS.size)
+    return [IDS.pack(1, i) + filler for i in range(count)]
 
 
 def entry_log_append(

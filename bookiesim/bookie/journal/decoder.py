@@ -63,11 +63,11 @@ from bookiesim.bookie.journal.records import (
     data_start,
     parse_header,
 )
+from bookiesim.proto.entry_header import IDS
 
 __all__ = ["END", "NEED_DATA", "DecoderResult", "JournalDecoder", "Signal"]
 
 _INT: Final = struct.Struct(">i")
-_IDS: Final = struct.Struct(">qq")
 # A crash that keeps only the first one or two bytes of a padding mask (FF FF FF 00), the rest
 # reading as preallocated zeros, leaves these "lengths". That happens when a flush ends 1 or
 # 2 bytes before a sector boundary and only the first sector reached the disk; the records
@@ -306,7 +306,7 @@ class JournalDecoder:
         )
 
     def _parse(self, rec: bytes) -> JournalRecord:
-        ledger_id, entry_id = _IDS.unpack_from(rec)
+        ledger_id, entry_id = IDS.unpack_from(rec)
         if entry_id >= 0:
             return DataRecord(ledger_id, entry_id, rec)
         if entry_id == METAENTRY_ID_LEDGER_KEY:

@@ -44,6 +44,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final, NoReturn, TypeAlias
 
+from bookiesim.proto.entry_header import IDS
+
 __all__ = [
     "ALIGNMENT",
     "CURRENT_VERSION",
@@ -107,7 +109,6 @@ MAX_RECORD_SIZE: Final = 64 * 1024 * 1024
 
 _INT: Final = struct.Struct(">i")
 _LONG: Final = struct.Struct(">q")
-_IDS: Final = struct.Struct(">qq")
 _META_LEN: Final = struct.Struct(">qqi")  # ledgerId, entryId, int length (key or LAC blob)
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
@@ -167,7 +168,7 @@ class DataRecord:
         if not (
             16 <= len(body) <= MAX_RECORD_SIZE
             and self.entry_id >= 0
-            and _IDS.unpack_from(body) == (self.ledger_id, self.entry_id)
+            and IDS.unpack_from(body) == (self.ledger_id, self.entry_id)
         ):
             self._invalid()
 
@@ -184,7 +185,7 @@ class DataRecord:
         """A record for ``body``, taking the ids from its first 16 bytes."""
         if len(body) < 16:
             raise ValueError(f"entry body of {len(body)} bytes is shorter than its ids")
-        ledger_id, entry_id = _IDS.unpack_from(body)
+        ledger_id, entry_id = IDS.unpack_from(body)
         return cls(ledger_id, entry_id, body)
 
 
@@ -272,7 +273,7 @@ def encode_record(rec: JournalRecord) -> bytes:
             + key
         )
     if isinstance(rec, FenceRecord):
-        return _INT.pack(16) + _IDS.pack(rec.ledger_id, METAENTRY_ID_FENCE_KEY)
+        return _INT.pack(16) + IDS.pack(rec.ledger_id, METAENTRY_ID_FENCE_KEY)
     blob = rec.lac_blob
     return (
         _INT.pack(20 + len(blob))
