@@ -21,11 +21,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Literal, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Literal, NamedTuple, TextIO
 
 from rich.console import Console
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = [
     "FLUSH_INTERVAL",

@@ -7,12 +7,15 @@ inner loop quick. Deadlines are off because file-system latency on shared machin
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from bookiesim.metadata.testing import ZooKeeperServer, find_zookeeper, running_zookeeper
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 settings.register_profile(
     "default",

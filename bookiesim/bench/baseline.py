@@ -6,7 +6,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
@@ -15,6 +15,9 @@ from bookiesim.entrylog.format import (
     encode_ledgers_map,
 )
 from bookiesim.entrylog.writeback import sync_filesystem
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CHUNK = 1 << 20
 

@@ -43,10 +43,9 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
@@ -61,6 +60,9 @@ from bookiesim.bench.baseline import (
 from bookiesim.bench.report import positive_int
 from bookiesim.client.digest import METADATA_LENGTH, DigestType
 from bookiesim.cluster.processes import LocalBookie, bookie_process
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 STOP_TIMEOUT = 300.0
 """Seconds a bookie may take to stop cleanly after a run."""

@@ -33,10 +33,10 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -56,7 +56,11 @@ from bookiesim.cluster.processes import LocalBookie, bookie_process
 from bookiesim.console import make_console
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import watch_live_bookies
-from bookiesim.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from bookiesim.metadata.store import MetadataStore
 
 __all__ = ["RATIOS", "measure_recovery", "measure_throughput", "register"]
 

@@ -34,8 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.bench.baseline import drop_page_cache, raw_sequential_read
 from bookiesim.bench.report import (
@@ -55,6 +55,9 @@ from bookiesim.console import make_console
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 from bookiesim.entrylog.writer import EntryLogWriter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["RATIOS", "generate_logs", "register"]
 

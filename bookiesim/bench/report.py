@@ -21,16 +21,20 @@ import platform
 import shlex
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bookiesim.console import make_console
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from pathlib import Path
+
+    from rich.console import Console
 
 __all__ = [
     "Figure",

@@ -30,8 +30,8 @@ import random
 import sys
 import time
 from array import array
-from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -56,6 +56,9 @@ from bookiesim.mledger.memory_topic import MemoryLedger, MemoryTopic
 from bookiesim.mledger.position import LedgerList, Position
 from bookiesim.mledger.seek import SeekOutcome, SeekStrategy, seek_by_index, seek_by_timestamp
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 __all__ = ["build_topic", "cursor_with_holes", "register", "run_seek_benchmark"]
 

@@ -27,9 +27,9 @@ import datetime
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.bench.report import (
     Figure,
@@ -45,6 +45,9 @@ from bookiesim.bench.report import (
 from bookiesim.console import make_console
 from bookiesim.sim.runner import SimSettings, quiet_logs, run_simulation
 from bookiesim.sim.stepper import SimStepper
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["RATIOS", "IdleRun", "measure_idle", "register", "run_sim_benchmark"]
 

@@ -30,7 +30,6 @@ including the final fsync.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import os
@@ -38,8 +37,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.bench.baseline import (
     Rate,
@@ -66,6 +65,10 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 from bookiesim.entrylog.writer import EntryLogWriter
 from bookiesim.proto.entry_header import IDS
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "APPENDS_TARGET",

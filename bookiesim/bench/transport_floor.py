@@ -22,17 +22,20 @@ import json
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
-from bookiesim.bookie.handlers import Respond
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.bookie.process import GIL_SWITCH_INTERVAL
 from bookiesim.bookie.server import BookieServer
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import encode_add_response
+
+if TYPE_CHECKING:
+    from bookiesim.bookie.handlers import Respond
 
 
 class NoStorageProcessor:

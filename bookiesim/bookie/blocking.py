@@ -9,12 +9,14 @@ bookie shows. Inline calls keep a virtual-time run deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 import trio
 import trio.testing
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")

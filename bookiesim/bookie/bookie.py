@@ -25,13 +25,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.checkpoint import SyncThread
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.disk_monitor import LedgerDirsMonitor
 from bookiesim.bookie.errors import BookieError, BookieIOError, FencedError, NoLedgerError
 from bookiesim.bookie.gc_storage import BookieGcStorage
@@ -56,6 +55,9 @@ from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.entrylog.logger import RotationEvent, RotationReason
 from bookiesim.gc.collector import GarbageCollector
 from bookiesim.gc.policy import CompactionSettings, Throttle
+
+if TYPE_CHECKING:
+    from bookiesim.bookie.config import BookieConfig
 
 log = logging.getLogger(__name__)
 

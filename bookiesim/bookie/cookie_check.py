@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.index_file import pad_index_files
 from bookiesim.entrylog.writeback import fsync_directory
 from bookiesim.metadata.cookies import (
@@ -55,6 +54,11 @@ from bookiesim.metadata.cookies import (
 )
 from bookiesim.metadata.errors import NodeExistsError
 from bookiesim.metadata.store import ANY_VERSION, MetadataStore, join_path
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bookiesim.bookie.config import BookieConfig
 
 __all__ = [
     "CookieError",

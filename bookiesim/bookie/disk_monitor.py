@@ -12,10 +12,12 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.bookie.config import BookieConfig
+if TYPE_CHECKING:
+    from bookiesim.bookie.config import BookieConfig
 
 __all__ = ["DiskCheckObserver", "LedgerDirsMonitor"]
 

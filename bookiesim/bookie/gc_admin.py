@@ -26,11 +26,14 @@ nothing).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bookiesim.bookie.http_admin import AdminRequest, AdminResponse, AdminRouter, json_response
-from bookiesim.gc.collector import GarbageCollector, GcRunReport
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from bookiesim.gc.collector import GarbageCollector, GcRunReport
 
 __all__ = ["add_gc_routes", "report_json"]
 

@@ -9,18 +9,22 @@ compaction's fsyncs and index updates never interleave with a checkpoint's.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Callable, Collection, Container, Sequence
-from pathlib import Path
-
-import trio
+from typing import TYPE_CHECKING
 
 from bookiesim.bookie.blocking import run_blocking
-from bookiesim.bookie.ledger_storage import LedgerStorage
 from bookiesim.entrylog.format import HEADER_SIZE, make_location
 from bookiesim.entrylog.metadata import EntryLogMetadata, extract_metadata
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
-from bookiesim.gc.interfaces import Move, ScannedEntry
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Callable, Collection, Container, Sequence
+    from pathlib import Path
+
+    import trio
+
+    from bookiesim.bookie.ledger_storage import LedgerStorage
+    from bookiesim.gc.interfaces import Move, ScannedEntry
 
 __all__ = ["BookieGcStorage", "read_entry_log_metadata"]
 

@@ -21,15 +21,17 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import ClassVar, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
-from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import encode_frame
 from bookiesim.proto.v3 import encode_add_response, error_response, response_for
+
+if TYPE_CHECKING:
+    from bookiesim.bookie.bookie import Bookie
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,8 @@ import os
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from bookiesim.bookie.index_format import (
     FENCED_BIT,
@@ -31,6 +30,9 @@ from bookiesim.bookie.index_format import (
     parse_index_file_name,
 )
 from bookiesim.entrylog.writeback import fsync_directory
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 __all__ = [
     "WRITE_STEP_FILE_COST",

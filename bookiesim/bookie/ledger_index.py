@@ -44,9 +44,8 @@ from __future__ import annotations
 import itertools
 import os
 from collections import OrderedDict, deque
-from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bookiesim.bookie.index_file import (
     WRITE_STEP_FILE_COST,
@@ -61,6 +60,9 @@ from bookiesim.bookie.index_format import (
     parse_index_file_name,
 )
 from bookiesim.entrylog.writeback import fsync_directory
+
+if TYPE_CHECKING:
+    from collections.abc import Generator, Iterable, Iterator
 
 __all__ = ["DEFAULT_MAX_OPEN_FILES", "LedgerIndex"]
 

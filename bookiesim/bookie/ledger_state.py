@@ -28,9 +28,11 @@ directly (``tests/bookie/test_ledger_state.py``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "FENCED_STATES",

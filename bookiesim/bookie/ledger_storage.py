@@ -22,14 +22,12 @@ process restarts, when the journal is replayed from the last mark persisted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
 from bookiesim.bookie.index_file import WRITE_STEP_LOCATIONS, IndexFile
 from bookiesim.bookie.ledger_index import LedgerIndex
@@ -37,6 +35,12 @@ from bookiesim.entrylog import writeback
 from bookiesim.entrylog.format import MIN_SANE_ENTRY_SIZE
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationEvent, RotationReason
 from bookiesim.proto.entry_header import IDS, IDS_AND_LAC, LENGTH_OFFSET
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+
+    from bookiesim.bookie.config import BookieConfig
 
 
 class StorageFailedError(OSError):

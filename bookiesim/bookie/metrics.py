@@ -31,9 +31,8 @@ import logging
 import math
 import sys
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -50,6 +49,9 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.utils import floatToGoString
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
 
 # The library leaves it untyped; this is the one place we call it.
 _go_float: Callable[[float], str] = floatToGoString

@@ -19,14 +19,13 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from bookiesim import __version__
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.cookie_check import CookieError, check_cookies
 from bookiesim.bookie.gc_admin import add_gc_routes
 from bookiesim.bookie.handlers import RequestProcessor
@@ -44,7 +43,10 @@ from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, register_bookie
-from bookiesim.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from bookiesim.bookie.config import BookieConfig
+    from bookiesim.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

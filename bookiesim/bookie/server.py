@@ -20,11 +20,10 @@ the bookie keeps serving every other connection.
 from __future__ import annotations
 
 import logging
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
 
-from bookiesim.bookie.handlers import Respond
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import (
@@ -34,6 +33,9 @@ from bookiesim.proto.frames import (
 )
 from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_request
+
+if TYPE_CHECKING:
+    from bookiesim.bookie.handlers import Respond
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,12 @@ like the CLI's commands: adding ``bench foo`` means writing ``bench/foo.py`` and
 
 from __future__ import annotations
 
-import argparse
+from typing import TYPE_CHECKING
 
 from bookiesim.bench import bookie, cluster, pipeline, seek, sim, storage
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["BENCHMARKS", "register"]
 

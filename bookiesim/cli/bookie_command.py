@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.process import main_sync
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from rich.console import Console
@@ -28,7 +28,9 @@ from bookiesim.cluster.control import read_state
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.console import LineWriter, make_console, quiet_broken_pipe
 from bookiesim.metadata.errors import MetadataError
-from bookiesim.metadata.ledgers import LedgerMetadata
+
+if TYPE_CHECKING:
+    from bookiesim.metadata.ledgers import LedgerMetadata
 
 __all__ = [
     "Action",

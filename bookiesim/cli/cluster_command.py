@@ -11,15 +11,18 @@ SIGKILL after a timeout).
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from bookiesim.cluster.control import cluster_down, cluster_status, cluster_up
 from bookiesim.cluster.processes import HOST, ClusterError
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -33,10 +33,9 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
@@ -55,6 +54,9 @@ from bookiesim.cluster.processes import (
     exit_description,
     stop_bookies,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
 
 __all__ = ["register", "run_demo"]
 

@@ -9,9 +9,9 @@ its trace and the command that replays it exactly. Exit code 1 when any seed fai
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -20,6 +20,9 @@ from bookiesim.sim.bugs import unknown_bugs
 from bookiesim.sim.campaign import BUGS, failure_report, run_campaign
 from bookiesim.sim.plan import FAULT_KINDS
 from bookiesim.sim.runner import RunResult, SimSettings, quiet_logs
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["main", "register"]
 

@@ -37,9 +37,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
-from rich.console import Console
 from rich.progress import Progress
 
 from bookiesim.cli.client_actions import (
@@ -61,6 +61,9 @@ from bookiesim.client import (
 )
 from bookiesim.console import Column, LineWriter, StreamTable
 from bookiesim.metadata.cluster import require_cluster
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["register"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from bookiesim.cli import (
     bench_command,
@@ -24,6 +24,9 @@ from bookiesim.cli import (
     sim_command,
     topic_command,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 COMMANDS = (
     shell,

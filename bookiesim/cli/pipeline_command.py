@@ -21,9 +21,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from rich.console import Console
@@ -41,6 +40,9 @@ from bookiesim.pipeline.inputs import (
     InputError,
     find_logs,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["main", "register"]
 

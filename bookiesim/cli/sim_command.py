@@ -7,9 +7,12 @@ listing it in ``EXPERIMENTS``; the experiments themselves live in :mod:`bookiesi
 
 from __future__ import annotations
 
-import argparse
+from typing import TYPE_CHECKING
 
 from bookiesim.cli import elpl_command, faults_command
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["EXPERIMENTS", "register"]
 

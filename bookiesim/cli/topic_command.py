@@ -31,7 +31,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -46,15 +46,17 @@ from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.console import LineWriter
 from bookiesim.mledger.compression import CorruptManagedInfoError
 from bookiesim.mledger.config import ManagedLedgerConfig
-from bookiesim.mledger.cursor import ManagedCursor
-from bookiesim.proto.pulsar_entry import PulsarEntryError, decode_pulsar_entry
 from bookiesim.mledger.errors import ManagedLedgerError
 from bookiesim.mledger.info_json import info_to_json
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.meta_store import MetaStore
-from bookiesim.mledger.position import Position
 from bookiesim.mledger.publishing import Message
 from bookiesim.mledger.seek import SeekStrategy
+from bookiesim.proto.pulsar_entry import PulsarEntryError, decode_pulsar_entry
+
+if TYPE_CHECKING:
+    from bookiesim.mledger.cursor import ManagedCursor
+    from bookiesim.mledger.position import Position
 
 __all__ = ["register"]
 

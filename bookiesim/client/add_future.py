@@ -7,9 +7,12 @@ the handle.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
-from bookiesim.client.errors import BKError
+if TYPE_CHECKING:
+    from bookiesim.client.errors import BKError
 
 __all__ = ["AddFuture"]
 

@@ -21,11 +21,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
-from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import trio
 
@@ -54,9 +52,14 @@ from bookiesim.metadata.ledgers import (
     LedgerState,
 )
 from bookiesim.metadata.registration import BookieInfo, bookie_address, live_bookies
-from bookiesim.metadata.store import MetadataStore
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import from_message
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+    from types import TracebackType
+
+    from bookiesim.metadata.store import MetadataStore
 
 __all__ = ["BookKeeper", "ClientConfig", "ClientStats", "EnsembleProposal"]
 

@@ -12,16 +12,18 @@ too, since both sides name them.
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import trio
+if TYPE_CHECKING:
+    import random
 
-from bookiesim.client.bookie_pool import BookiePool
-from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata
-from bookiesim.metadata.registration import BookieInfo
+    import trio
+
+    from bookiesim.client.bookie_pool import BookiePool
+    from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata
+    from bookiesim.metadata.registration import BookieInfo
 
 __all__ = ["ClientConfig", "ClientContext", "ClientStats", "EnsembleProposal"]
 

@@ -24,8 +24,11 @@ such entry/ledger").
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
 
 __all__ = [
     "FenceTracker",

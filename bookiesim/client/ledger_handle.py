@@ -35,14 +35,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.client.add_future import AddFuture
-from bookiesim.client.bookie_pool import Outcome
-from bookiesim.client.context import ClientContext
 from bookiesim.client.errors import (
     BKError,
     BookieRequestError,
@@ -70,6 +68,12 @@ from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import WireRequest, add_request, from_message
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bookiesim.client.bookie_pool import Outcome
+    from bookiesim.client.context import ClientContext
 
 __all__ = ["AddFuture", "LedgerHandle"]
 

@@ -10,14 +10,12 @@ writer (:mod:`.ledger_handle`) is a reader too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.client.bookie_pool import Outcome
-from bookiesim.client.context import ClientContext
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
 from bookiesim.client.distribution import RoundRobinDistribution, ensemble_covered
 from bookiesim.client.errors import (
@@ -28,9 +26,15 @@ from bookiesim.client.errors import (
     NoSuchLedgerError,
 )
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
-from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import read_request
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bookiesim.client.bookie_pool import Outcome
+    from bookiesim.client.context import ClientContext
+    from bookiesim.metadata.ledgers import LedgerMetadata
 
 __all__ = ["LedgerEntry", "ReadOnlyLedgerHandle"]
 

@@ -39,14 +39,11 @@ pipelined as well and get ensemble changes for free.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.client.add_future import AddFuture
-from bookiesim.client.bookie_pool import Outcome
-from bookiesim.client.context import ClientContext
 from bookiesim.client.digest import DigestManager, DigestMismatchError, VerifiedEntry
 from bookiesim.client.distribution import FenceTracker, ReadOutcome, RecoveryReadTracker
 from bookiesim.client.errors import (
@@ -61,6 +58,13 @@ from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import read_request
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.client.add_future import AddFuture
+    from bookiesim.client.bookie_pool import Outcome
+    from bookiesim.client.context import ClientContext
 
 __all__ = ["recover_ledger"]
 

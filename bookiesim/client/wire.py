@@ -10,9 +10,13 @@ which is all upstream's v2 client sends as v2 too.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
-from bookiesim.proto.v3 import WireRequest
+
+if TYPE_CHECKING:
+    from bookiesim.proto.v3 import WireRequest
 
 __all__ = ["NotOnV2Error", "V2Key", "response_from_v2", "to_v2", "v2_key"]
 

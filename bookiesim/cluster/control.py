@@ -18,8 +18,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -37,6 +36,9 @@ from bookiesim.cluster.prometheus import PrometheusError, start_prometheus, stop
 from bookiesim.metadata import open_store
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.registration import live_bookies, watch_live_bookies
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 STATE_FILE = "cluster.json"
 SCRAPE_FILE = "prometheus.yml"

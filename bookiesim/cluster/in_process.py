@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import trio
 
@@ -43,10 +43,12 @@ from bookiesim.cluster.testing import bookie_config
 from bookiesim.metadata.cluster import ensure_cluster
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, BookieRegistration
-from bookiesim.metadata.store import MetadataStore
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
 from bookiesim.proto.v3 import parse_request
+
+if TYPE_CHECKING:
+    from bookiesim.metadata.store import MetadataStore
 
 __all__ = [
     "ClusterBookie",
@@ -262,7 +264,7 @@ async def running_cluster(
     open, e.g. a :class:`~bookiesim.metadata.memory_store.MemoryStore` for virtual time;
     the caller closes it) — for the duration of the block. ``overrides`` are bookie config
     fields (``BookieConfig.replace`` names) for every bookie."""
-    root.mkdir(parents=True, exist_ok=True)
+    await trio.Path(root).mkdir(parents=True, exist_ok=True)
     uri = metadata_uri or f"sqlite://{(root / 'meta.db').resolve()}"
     async with _opened_store(uri, store) as opened, trio.open_nursery() as nursery:
         cluster = LocalCluster(root, opened, opened.uri if store else uri, nursery)
@@ -460,7 +462,7 @@ class TrioThread:
         self._ready.wait()
         if self._error is not None:
             raise RuntimeError("the trio run failed to start") from self._error
-        return cast(T, self._value)
+        return cast("T", self._value)
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: object) -> T:
         """Run ``await fn(*args)`` in the trio thread and return its result (or raise)."""

@@ -23,12 +23,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.bookie import exit_codes
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
 
 HOST = "127.0.0.1"
 BOOKIE_PROGRAM = (sys.executable, "-m", "bookiesim", "bookie")

@@ -20,10 +20,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.cluster.processes import pid_alive
 from bookiesim.dashboards.consoles import CONSOLE_FILE, render_console
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "INSTALL_HINT",

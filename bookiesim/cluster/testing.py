@@ -11,9 +11,8 @@ Everything listens on 127.0.0.1 with free ports; directories live under the give
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -22,6 +21,10 @@ from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import BookieConnection, connect
 from bookiesim.client.digest import DigestManager, DigestType, master_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 
 def bookie_config(root: Path, **overrides: object) -> BookieConfig:

@@ -21,10 +21,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import MAX_LOG_ID, log_file_name, parse_log_file_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "CURRENT_DIR",

@@ -25,11 +25,15 @@ pointer.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog import writeback
-from bookiesim.entrylog.writer import EntryLogWriter
+
+if TYPE_CHECKING:
+    import threading
+
+    from bookiesim.entrylog.writer import EntryLogWriter
 
 __all__ = ["CheckpointPlan"]
 

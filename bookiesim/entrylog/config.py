@@ -3,9 +3,11 @@ has them; nothing in ``entrylog/`` depends on ``bookie/``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
 __all__ = ["DEFAULT_LOG_SIZE_LIMIT", "EntryLogConfig"]
 

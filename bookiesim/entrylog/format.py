@@ -29,8 +29,11 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
 
 __all__ = [
     "HEADER_CURRENT_VERSION",

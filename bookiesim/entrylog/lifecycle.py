@@ -63,7 +63,10 @@ needed now.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "FINAL_STATES",

@@ -38,9 +38,9 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.allocator import EntryLogIdAllocator, list_log_ids
 from bookiesim.entrylog.format import log_file_name
@@ -49,6 +49,9 @@ from bookiesim.entrylog.pool import PreallocationPool
 from bookiesim.entrylog.recent_logs import RecentEntryLogsStatus
 from bookiesim.entrylog.rotation import RotationEvent, RotationReason
 from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["LogFiles", "RotatedLog"]
 

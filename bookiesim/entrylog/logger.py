@@ -57,11 +57,9 @@ belongs to one thread. Time is read only through the ``clock`` given (the bookie
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Container, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.allocator import list_log_ids
 from bookiesim.entrylog.checkpoint import CheckpointPlan
@@ -77,6 +75,11 @@ from bookiesim.entrylog.metadata import EntryLogMetadata, extract_metadata
 from bookiesim.entrylog.reader import EntryLogReader, find_log_file, read_entry
 from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationReason
 from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Container, Sequence
+    from pathlib import Path
 
 __all__ = [
     "CheckpointPlan",
@@ -324,9 +327,7 @@ class EntryLogger:
                 items.append((writer, writer.fspath))
         records = files.rotated_logs()
         rotated = [record.log_id for record in records]
-        for record in records:
-            if record.writer is None:
-                items.append((None, record.fspath))
+        items.extend((None, record.fspath) for record in records if record.writer is None)
         marks = list(files.dir_creations)
         pairs = zip(files.current_dirs, marks, self._dirs_synced, strict=True)
         dirs = [d for d, mark, synced in pairs if mark != synced]

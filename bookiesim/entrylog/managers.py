@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from bookiesim.entrylog.log_files import LogFiles
 from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationReason
-from bookiesim.entrylog.writer import EntryLogWriter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.entrylog.log_files import LogFiles
+    from bookiesim.entrylog.writer import EntryLogWriter
 
 __all__ = [
     "EntryLogManager",

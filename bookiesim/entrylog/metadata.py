@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
@@ -32,6 +32,9 @@ from bookiesim.entrylog.format import (
 )
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "EntryLogMetadata",

@@ -38,12 +38,14 @@ import contextlib
 import logging
 import os
 import stat
-import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bookiesim.entrylog.format import log_file_name
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable, Sequence
 
 __all__ = ["PoolOwner", "PreallocationPool"]
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
@@ -25,6 +23,10 @@ from bookiesim.entrylog.format import (
     parse_log_file_name,
     split_location,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import TracebackType
 
 __all__ = [
     "EntryLogReader",

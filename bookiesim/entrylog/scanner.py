@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
-from typing import NamedTuple, TypeAlias, cast
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, cast
 
 from bookiesim.entrylog.format import HEADER_SIZE, INVALID_LEDGER_ID, LogHeader
 from bookiesim.entrylog.reader import LogSource, read_header
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",

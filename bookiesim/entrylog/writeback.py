@@ -22,7 +22,10 @@ import ctypes
 import ctypes.util
 import os
 import sys
-from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 __all__ = [
     "SYNCFS_MIN_FILES",

@@ -23,9 +23,9 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType, TracebackType
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
@@ -37,6 +37,9 @@ from bookiesim.entrylog.format import (
     log_file_name,
 )
 from bookiesim.entrylog.writeback import start_writeback
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter"]
 

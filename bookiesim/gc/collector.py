@@ -36,15 +36,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from bookiesim.entrylog.format import EntryLogFormatError
 from bookiesim.gc.compactor import CompactionResult, EntryLogCompactor
-from bookiesim.gc.interfaces import GcMetrics, GcStorage, LedgerSource
 from bookiesim.gc.ledgers import find_deleted_ledgers
 from bookiesim.gc.policy import (
     CompactionKind,
@@ -57,6 +55,11 @@ from bookiesim.gc.policy import (
     disk_actions,
 )
 from bookiesim.gc.usage import EntryLogUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.gc.interfaces import GcMetrics, GcStorage, LedgerSource
 
 __all__ = ["GarbageCollector", "GcRunReport"]
 

@@ -19,15 +19,19 @@ entries or at durable copies, and either is readable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.entrylog.metadata import EntryLogMetadata
 from bookiesim.gc.interfaces import GcStorage, Move
-from bookiesim.gc.policy import Throttle
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.entrylog.metadata import EntryLogMetadata
+    from bookiesim.gc.policy import Throttle
 
 __all__ = ["CompactionResult", "EntryLogCompactor"]
 

@@ -12,11 +12,13 @@ file work in a worker thread (or inline under virtual time); the others must be 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Collection, Container, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from bookiesim.entrylog.metadata import EntryLogMetadata
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Callable, Collection, Container, Sequence
+
+    from bookiesim.entrylog.metadata import EntryLogMetadata
 
 __all__ = [
     "GcMetrics",

@@ -14,10 +14,14 @@ Errors talking to the store end the comparison for this pass; nothing is deleted
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from bookiesim.gc.interfaces import LedgerSource
 from bookiesim.metadata.errors import MetadataError, NoSuchLedgerError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from bookiesim.gc.interfaces import LedgerSource
 
 __all__ = ["deleted_ledgers", "find_deleted_ledgers"]
 

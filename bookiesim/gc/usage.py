@@ -20,10 +20,13 @@ threshold lowest bucket first, so the emptiest logs are rewritten first when tim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, KeysView
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bookiesim.entrylog.metadata import EntryLogMetadata
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, KeysView
+
+    from bookiesim.entrylog.metadata import EntryLogMetadata
 
 __all__ = [
     "USAGE_BUCKETS",

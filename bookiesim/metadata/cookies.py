@@ -27,14 +27,16 @@ instance ids must be equal, where having none on one side only is a mismatch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from bookiesim.proto.DataFormats_pb2 import CookieFormat
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "COOKIE_LAYOUT_VERSION",

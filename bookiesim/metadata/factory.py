@@ -8,14 +8,17 @@ embedded store to ZooKeeper by changing one configuration key.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bookiesim.metadata.errors import InvalidUriError
 from bookiesim.metadata.sqlite_store import DEFAULT_POLL_INTERVAL, open_sqlite_store
-from bookiesim.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from bookiesim.metadata.store import MetadataStore
 
 __all__ = ["DEFAULT_SESSION_TIMEOUT", "open_store", "scheme_of"]
 

@@ -4,8 +4,7 @@ the rest alone."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
 
 from bookiesim.metadata.store import (
     ANY_VERSION,
@@ -14,6 +13,10 @@ from bookiesim.metadata.store import (
     Versioned,
     store_change_number,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
 
 __all__ = ["ForwardingStore"]
 

@@ -16,10 +16,9 @@ code holding the object: nothing outside the process sees it, nothing survives i
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -43,6 +42,9 @@ from bookiesim.metadata.store import (
     sequential_name,
     validate_path,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 __all__ = ["MemoryStore"]
 

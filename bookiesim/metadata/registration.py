@@ -43,10 +43,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
 from google.protobuf.message import DecodeError
@@ -60,6 +59,9 @@ from bookiesim.metadata.errors import (
 )
 from bookiesim.metadata.store import MetadataStore, bare_exceptions, join_path, validate_path
 from bookiesim.proto import DataFormats_pb2 as pb
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 __all__ = [
     "FEATURE_WRITE_CLOSE",

@@ -52,10 +52,9 @@ import logging
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import trio
 
@@ -88,6 +87,9 @@ from bookiesim.metadata.store import (
     bare_exceptions,
     validate_path,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
 
 __all__ = ["SqliteStore", "open_sqlite_store", "sqlite_path_from_uri"]
 

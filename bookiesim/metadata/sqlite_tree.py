@@ -10,8 +10,7 @@ themselves live in :mod:`.sqlite_sessions`.
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bookiesim.metadata.errors import (
     BadVersionError,
@@ -21,6 +20,9 @@ from bookiesim.metadata.errors import (
     NotEmptyError,
 )
 from bookiesim.metadata.store import ANY_VERSION, NodeStat, Versioned, parent_path, sequential_name
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "SCHEMA",

@@ -30,14 +30,16 @@ above this module (:mod:`.ledgers`, :mod:`.registration`) sees only :class:`Meta
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 import trio
 
 from bookiesim.metadata.errors import SessionExpiredError, StoreUnavailableError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 __all__ = [
     "ANY_VERSION",

@@ -26,10 +26,12 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["ZooKeeperInstall", "ZooKeeperServer", "find_zookeeper", "running_zookeeper"]
 

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import trio
 from kazoo import exceptions as kz
@@ -62,6 +61,9 @@ from bookiesim.metadata.store import (
     parent_path,
     validate_path,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
 
 __all__ = ["ZkStore", "open_zk_store", "parse_zk_uri"]
 

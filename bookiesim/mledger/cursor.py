@@ -21,16 +21,20 @@ cursor ledger is read from that ledger's last entry (a ``PositionInfo``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedSet
 
 from bookiesim.metadata.errors import BadVersionError
 from bookiesim.mledger.errors import ManagedLedgerFencedError
-from bookiesim.mledger.interfaces import CursorLedger
 from bookiesim.mledger.position import LedgerList, Position
 from bookiesim.mledger.seek import SeekOutcome, SeekStrategy
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from bookiesim.mledger.interfaces import CursorLedger
 
 __all__ = ["ManagedCursor", "acked_ranges"]
 

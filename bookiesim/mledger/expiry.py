@@ -17,12 +17,15 @@ A check already running makes a concurrent one return False at once.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.mledger.cursor import ManagedCursor
 from bookiesim.mledger.errors import ManagedLedgerError
 from bookiesim.mledger.position import Position
+
+if TYPE_CHECKING:
+    from bookiesim.mledger.cursor import ManagedCursor
 
 __all__ = ["MessageExpiryMonitor"]
 

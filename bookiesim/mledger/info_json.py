@@ -11,10 +11,12 @@ Unset optional fields are left out; empty repeated fields too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 __all__ = ["info_to_json"]
 

@@ -9,13 +9,16 @@ arrows point one way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from bookiesim.client import BookKeeper
-from bookiesim.mledger.meta_store import MetaStore
-from bookiesim.mledger.position import LedgerList, Position
 from bookiesim.mledger.seek import SeekOutcome, SeekStrategy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.client import BookKeeper
+    from bookiesim.mledger.meta_store import MetaStore
+    from bookiesim.mledger.position import LedgerList, Position
 
 __all__ = ["CursorLedger"]
 

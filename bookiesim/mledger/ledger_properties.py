@@ -8,9 +8,12 @@ order is first appearance, which is deterministic; reads take the first match, a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["get_property", "properties_of", "remove_property", "set_properties"]
 

@@ -28,17 +28,18 @@ described by one ManagedLedgerInfo record at ``/managed-ledgers/<name>``
   size and close time are never taken from the record that was written, so a close that
   happened while the write was in flight cannot be undone (upstream #26228).
 
-Entries are stored in Pulsar's layout (:mod:`bookiesim.proto.pulsar_entry`). :meth:`ManagedLedger.publish`
-adds broker entry metadata (broker timestamp, index) as a broker with both interceptors
-does; the index continues across restarts from the ``index`` property and the last entry.
+Entries are stored in Pulsar's layout (:mod:`bookiesim.proto.pulsar_entry`).
+:meth:`ManagedLedger.publish` adds broker entry metadata (broker timestamp, index) as a
+broker with both interceptors does; the index continues across restarts from the ``index``
+property and the last entry.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -84,7 +85,11 @@ from bookiesim.mledger.seek import (
     seek_by_timestamp,
 )
 from bookiesim.mledger.state import ManagedLedgerLifecycle, MLEvent
-from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Sequence
+
+    from bookiesim.proto import MLDataFormats_pb2 as ml_pb
 
 __all__ = ["ManagedLedger", "open_managed_ledger"]
 

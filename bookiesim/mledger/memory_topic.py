@@ -12,12 +12,15 @@ million encoded entries would not fit comfortably in memory), and every read is 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
 from bookiesim.mledger.seek import EntryBounds
+from bookiesim.proto.pulsar_entry import encode_pulsar_entry
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["MemoryLedger", "MemoryTopic"]
 

@@ -10,9 +10,11 @@ with one bisect, so a search can work on plain integers.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["LedgerList", "LedgerSummary", "Position"]
 

@@ -9,10 +9,13 @@ entry's last message, counting from 0 across the topic.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bookiesim.proto.pulsar_entry import encode_pulsar_entry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 __all__ = ["Message", "encode_messages", "wall_clock_ms"]
 

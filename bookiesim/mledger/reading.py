@@ -72,8 +72,8 @@ async def read_across(
         info = ledgers.ledgers[ledgers.index_of(first.ledger_id)]
         last_id = min(info.entries - 1, first.entry_id + max_entries - len(out) - 1)
         handle = await reader(first.ledger_id)
-        for entry in await handle.read_entries(first.entry_id, last_id):
-            out.append((Position(first.ledger_id, entry.entry_id), entry.payload))
+        entries = await handle.read_entries(first.entry_id, last_id)
+        out.extend((Position(first.ledger_id, entry.entry_id), entry.payload) for entry in entries)
         offset += last_id - first.entry_id + 1
     return out
 

@@ -8,14 +8,17 @@ the reverse step at open, so the rules about what a record holds live in one pla
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bookiesim.mledger.ledger_properties import properties_of
 from bookiesim.mledger.position import LedgerList, LedgerSummary
-from bookiesim.mledger.rollover import LedgerFill
 from bookiesim.mledger.seek import END_INDEX
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from bookiesim.mledger.rollover import LedgerFill
 
 __all__ = [
     "INDEX_PROPERTY",

@@ -10,13 +10,16 @@ closing and creating; tests ask them directly.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.seek import EntryBounds
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Iterable, Sequence
+
+    from bookiesim.mledger.config import ManagedLedgerConfig
 
 __all__ = [
     "ROLLOVER_JITTER",

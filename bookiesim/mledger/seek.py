@@ -28,11 +28,9 @@ narrowing exact rather than approximate, whatever clocks the producers had.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from bookiesim.proto.pulsar_entry import parse_pulsar_entry
 from bookiesim.mledger.finder import (
     EntrySource,
     NarrowedRange,
@@ -43,6 +41,10 @@ from bookiesim.mledger.finder import (
     range_by_bounds,
 )
 from bookiesim.mledger.position import LedgerList, Position
+from bookiesim.proto.pulsar_entry import parse_pulsar_entry
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "BEGIN_INDEX",

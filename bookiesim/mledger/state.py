@@ -20,9 +20,11 @@ compare-and-set (or a property write after the close can), which fences a closed
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["TRANSITIONS", "IllegalTransitionError", "MLEvent", "MLState", "ManagedLedgerLifecycle"]
 

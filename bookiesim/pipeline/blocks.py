@@ -17,15 +17,18 @@ problemBytes (the body bytes of torn tails), status and error, as in the row sou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bookiesim.pipeline.inputs import Split
 from bookiesim.pipeline.rows import Columns, scan_split
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from bookiesim.pipeline.inputs import Split
 
 __all__ = ["BLOCKS_SCHEMA", "read_split_blocks"]
 

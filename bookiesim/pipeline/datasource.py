@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
 from bookiesim.pipeline.blocks import BLOCKS_SCHEMA, read_split_blocks
 from bookiesim.pipeline.inputs import (
@@ -52,6 +50,11 @@ from bookiesim.pipeline.inputs import (
     plan_splits,
 )
 from bookiesim.pipeline.rows import SCHEMA, read_split
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from pyspark.sql.types import StructType
 
 __all__ = ["EntryLogDataSource", "input_paths"]
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
@@ -47,6 +47,9 @@ from bookiesim.pipeline.bookies import (
     path_name,
     read_cookie,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
     "DEFAULT_MAX_PARTITION_BYTES",

@@ -33,16 +33,18 @@ import struct
 from collections.abc import Callable, Iterator
 from itertools import repeat
 from operator import getitem
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import RawRecord, scan_entry_log_batches
-from bookiesim.pipeline.inputs import Split
 from bookiesim.proto.entry_header import HEADER_LENGTH, LAC_OFFSET, LENGTH_OFFSET
 from bookiesim.proto.pulsar_entry import parse_pulsar_entry
+
+if TYPE_CHECKING:
+    from bookiesim.pipeline.inputs import Split
 
 __all__ = ["COLUMNS", "SCHEMA", "Columns", "read_split", "scan_split"]
 

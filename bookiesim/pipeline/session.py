@@ -13,15 +13,16 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyspark.sql import SparkSession
+    from rich.console import Console
 
 __all__ = ["entrylog_tasks", "spark_session", "stage_progress"]
 

@@ -77,7 +77,7 @@ class _InitializationErrors(Protocol):
 
 
 def _missing_fields(message: Message) -> str:
-    return ", ".join(cast(_InitializationErrors, message).FindInitializationErrors())
+    return ", ".join(cast("_InitializationErrors", message).FindInitializationErrors())
 
 
 def parse_request(frame: bytes) -> Request:

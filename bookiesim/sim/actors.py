@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import random
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.client.bookkeeper import BookKeeper, ClientConfig, EnsembleProposal
 from bookiesim.client.errors import BKError
-from bookiesim.client.ledger_handle import AddFuture, LedgerHandle
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.sim.history import History, WriterRecord
-from bookiesim.sim.sim_cluster import SimCluster
 from bookiesim.sim.store import RecordingStore
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Awaitable, Callable
+
+    from bookiesim.client.ledger_handle import AddFuture, LedgerHandle
+    from bookiesim.sim.sim_cluster import SimCluster
 
 __all__ = ["ClientActor", "Writer", "WriterSettings", "payload"]
 

@@ -9,7 +9,10 @@ lists them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["BUGS", "bookie_overrides", "client_flags", "unknown_bugs"]
 

@@ -7,12 +7,14 @@ seed's result keeps its violations, its trace and the command that replays it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bookiesim.sim.bugs import BUGS
 from bookiesim.sim.runner import RunResult, SimSettings, run_simulation
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 __all__ = ["BUGS", "CampaignResult", "failure_report", "run_campaign"]
 

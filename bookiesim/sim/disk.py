@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bookiesim.entrylog import writeback
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 __all__ = ["DiskFaults", "SimDisk"]
 

@@ -17,11 +17,11 @@ import trio
 
 from bookiesim.metadata.ledgers import ALLOWED_TRANSITIONS, LedgerMetadata, LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.sim.network import Frame
 
 if TYPE_CHECKING:
     from bookiesim.client.bookkeeper import EnsembleProposal
     from bookiesim.client.ledger_handle import LedgerHandle
+    from bookiesim.sim.network import Frame
 
 __all__ = ["History", "Trace", "Violation", "check_transition"]
 

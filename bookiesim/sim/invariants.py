@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bookiesim.client.distribution import RoundRobinDistribution
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "CHECKERS",
@@ -178,33 +181,35 @@ def check_s6(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
 
 def check_s7a(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     """S7a: before any recovery, no bookie's LAC is above the writer's."""
-    out = []
+    out: list[Finding] = []
     for lid, md in view.metadata.items():
         if md.state is not LedgerState.OPEN or lid in view.ever_in_recovery:
             continue
         if lid not in view.writer_lac:
             continue
         lac = view.writer_lac[lid]
-        for b in view.bookies.values():
-            if b.up and b.lacs.get(lid, -1) > lac:
-                out.append(
-                    ("S7a", f"{b.bookie_id} has LAC {b.lacs[lid]} for ledger {lid}, writer {lac}")
-                )
+        out.extend(
+            ("S7a", f"{b.bookie_id} has LAC {b.lacs[lid]} for ledger {lid}, writer {lac}")
+            for b in view.bookies.values()
+            if b.up and b.lacs.get(lid, -1) > lac
+        )
     return out
 
 
 def check_a2(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     """A2: a fenced ledger stays fenced — in the same incarnation once seen, and across
     restarts once the fence was acknowledged (durable)."""
-    out = []
+    out: list[Finding] = []
     for b in view.bookies.values():
         if not b.up:
             continue
         seen = memory.fenced_seen.setdefault((b.bookie_id, b.incarnation), set())
         must = seen | set(view.fence_acked.get(b.bookie_id, frozenset()))
-        for lid in sorted(must):
-            if lid in b.entries and lid in view.metadata and lid not in b.fenced:
-                out.append(("A2", f"ledger {lid} was fenced on {b.bookie_id} and is not now"))
+        out.extend(
+            ("A2", f"ledger {lid} was fenced on {b.bookie_id} and is not now")
+            for lid in sorted(must)
+            if lid in b.entries and lid in view.metadata and lid not in b.fenced
+        )
         seen |= b.fenced
     return out
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -39,6 +39,9 @@ from bookiesim.proto.frames import (
     encode_frame,
 )
 from bookiesim.proto.v3 import parse_request, parse_response
+
+if TYPE_CHECKING:
+    import random
 
 __all__ = ["Frame", "NetworkFaults", "SimConnection", "SimNetwork", "Verdict"]
 

@@ -12,17 +12,21 @@ read from is gone (GC deleted it: a live entry there is lost, RD1).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.bookie.bookie import Bookie
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
-from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.sim.actors import payload
-from bookiesim.sim.history import History
 from bookiesim.sim.invariants import BookieView, ClusterView
 from bookiesim.sim.sim_cluster import SIM_BOOKIE_SETTINGS, SimBookie, SimCluster
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from bookiesim.bookie.bookie import Bookie
+    from bookiesim.metadata.ledgers import LedgerMetadata
+    from bookiesim.sim.history import History
 
 __all__ = ["RECLAIM_BOUND", "Observer"]
 

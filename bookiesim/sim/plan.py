@@ -9,8 +9,11 @@ own end step; ``steps`` counts the drawn steps, not those ends.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import random
 
 __all__ = ["ACTIONS", "FAULT_KINDS", "FaultPlan", "Step", "draw_plan"]
 

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import trio._core._run as trio_run
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["SimRandom", "deterministic_run"]
 

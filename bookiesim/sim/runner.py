@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 import trio.testing
@@ -42,6 +40,10 @@ from bookiesim.sim.plan import FAULT_KINDS, FaultPlan, Step, draw_plan
 from bookiesim.sim.rng import SimRandom, deterministic_run
 from bookiesim.sim.sim_cluster import SIM_BOOKIE_SETTINGS, SimCluster
 from bookiesim.sim.slow_writer import SlowWriter
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Awaitable, Callable, Iterator
 
 __all__ = [
     "RunResult",

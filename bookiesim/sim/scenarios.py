@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
@@ -31,10 +32,12 @@ from bookiesim.sim.actors import ClientActor, payload
 from bookiesim.sim.disk import SimDisk
 from bookiesim.sim.history import History, Violation, WriterRecord
 from bookiesim.sim.invariants import CheckerMemory, check_all
-from bookiesim.sim.network import Frame
 from bookiesim.sim.observe import Observer
 from bookiesim.sim.rng import deterministic_run
 from bookiesim.sim.sim_cluster import SimCluster
+
+if TYPE_CHECKING:
+    from bookiesim.sim.network import Frame
 
 __all__ = ["ScenarioResult", "r1", "r2", "r3", "run_scenario"]
 

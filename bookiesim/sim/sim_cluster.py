@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -26,7 +26,6 @@ from bookiesim.bookie.blocking import disk_latency
 from bookiesim.bookie.bookie import AddObserver, Bookie
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.handlers import RequestProcessor
-from bookiesim.bookie.ledger_storage import EntryHeader
 from bookiesim.bookie.server import BookieServer
 from bookiesim.metadata.errors import MetadataError, NodeExistsError
 from bookiesim.metadata.ledgers import LedgerManager
@@ -38,9 +37,14 @@ from bookiesim.metadata.registration import (
     readonly_path,
 )
 from bookiesim.metadata.store import join_path
-from bookiesim.sim.disk import SimDisk
-from bookiesim.sim.history import History
 from bookiesim.sim.network import SimConnection, SimNetwork
+
+if TYPE_CHECKING:
+    import random
+
+    from bookiesim.bookie.ledger_storage import EntryHeader
+    from bookiesim.sim.disk import SimDisk
+    from bookiesim.sim.history import History
 
 __all__ = ["SIM_BOOKIE_SETTINGS", "SimBookie", "SimCluster"]
 

@@ -18,17 +18,21 @@ come a couple of times a run), and logs newer than the slow ledger's.
 from __future__ import annotations
 
 import contextlib
-import random
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.client.errors import BKError
-from bookiesim.client.ledger_handle import AddFuture
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.sim.actors import ClientActor, payload
 from bookiesim.sim.history import WriterRecord
-from bookiesim.sim.sim_cluster import SimCluster
+
+if TYPE_CHECKING:
+    import random
+
+    from bookiesim.client.bookkeeper import ClientConfig
+    from bookiesim.client.ledger_handle import AddFuture
+    from bookiesim.sim.sim_cluster import SimCluster
 
 __all__ = ["SlowWriter"]
 

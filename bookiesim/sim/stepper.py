@@ -37,9 +37,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
-from pathlib import Path
-from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import outcome
 import trio
@@ -48,11 +46,16 @@ import trio.testing
 
 from bookiesim.sim.actors import Writer, WriterSettings
 from bookiesim.sim.disk import SimDisk
-from bookiesim.sim.history import Violation
 from bookiesim.sim.plan import FaultPlan, Step
 from bookiesim.sim.rng import deterministic_run
 from bookiesim.sim.runner import RunResult, SimSettings, Simulation, new_simulation
-from bookiesim.sim.sim_cluster import SimCluster
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from types import TracebackType
+
+    from bookiesim.sim.history import Violation
+    from bookiesim.sim.sim_cluster import SimCluster
 
 __all__ = ["SimStepper"]
 

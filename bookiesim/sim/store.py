@@ -14,12 +14,16 @@ line after ``await`` that records it; the records come in the store's own order.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.ledger_paths import ledger_id_from_path
 from bookiesim.metadata.ledgers import LedgerMetadata
-from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.store import ANY_VERSION
-from bookiesim.sim.history import History
+
+if TYPE_CHECKING:
+    from bookiesim.metadata.memory_store import MemoryStore
+    from bookiesim.sim.history import History
 
 __all__ = ["RecordingStore"]
 

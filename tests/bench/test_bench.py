@@ -8,12 +8,15 @@ clean up after itself. Timing thresholds are not tested: benchmarks are not time
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.bench.storage import RATIOS
 from bookiesim.cli.main import main
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FIGURES = {
     "rawWrite",

@@ -9,11 +9,13 @@ tested: benchmarks are not timed tests.
 from __future__ import annotations
 
 import json
-
-import pytest
+from typing import TYPE_CHECKING
 
 from bookiesim.bench.sim import RATIOS
 from bookiesim.cli.main import main
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def test_bench_sim_small(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytest
 import trio
 
 from bookiesim.bench.bookie import transport_floor_process
@@ -16,6 +14,12 @@ from bookiesim.bookie.server import BookieServer
 from bookiesim.client.bookie_connection import connect
 from bookiesim.cluster.testing import BookieTestClient
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    import pytest
 
 
 @asynccontextmanager

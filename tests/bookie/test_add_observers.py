@@ -5,7 +5,7 @@ ledger fenced before it arrived; refused adds are not reported."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -14,6 +14,9 @@ from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.errors import FencedError
 from bookiesim.client.digest import DigestManager
 from bookiesim.cluster.testing import bookie_config
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 KEY = b"k" * 20
 

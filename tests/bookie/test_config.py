@@ -13,8 +13,8 @@ import contextlib
 import dataclasses
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -31,6 +31,9 @@ from bookiesim.bookie.config import (
     parse_properties,
     render_markdown,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -20,7 +20,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookiesim.bookie import exit_codes
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.cookie_check import (
     CookieError,
     check_cookies,
@@ -37,6 +36,11 @@ from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import instance_id
 from bookiesim.metadata.cookies import Cookie, CookieFormatError, encode_dir_paths
 from tests.interop.vectors import upstream_dir
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bookiesim.bookie.config import BookieConfig
 
 # -- the codec -------------------------------------------------------------------------------
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-from collections.abc import Iterable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -31,6 +29,11 @@ from bookiesim.cluster.testing import (
 )
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.sim.disk import DiskFaults, SimDisk
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Iterable
+    from pathlib import Path
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:

@@ -4,13 +4,16 @@ expired logs (upstream's lazy expiry never does). Timers run in virtual time."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
 
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.entrylog.logger import RotationReason
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 async def test_write_close_rotates_and_next_checkpoint_advances_pointer(tmp_path: Path) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import random
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.client.digest import DigestManager
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FIXED_OVERHEAD = 12
 """Journal file, listening sockets (bookie, HTTP), one client connection (both ends), the

@@ -13,9 +13,9 @@ import json
 import logging
 import re
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
+from typing import TYPE_CHECKING
 
 import h11
 import pytest
@@ -34,6 +34,9 @@ from bookiesim.bookie.http_admin import (
     text_response,
 )
 from bookiesim.bookie.metrics import BookieMetrics
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 HOST = "127.0.0.1"
 # Generous: the machine is shared, and these only bound hangs, they are not measurements.

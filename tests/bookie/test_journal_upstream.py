@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import crc32c
 import pytest
@@ -33,6 +33,9 @@ from bookiesim.bookie.journal import (
     read_last_mark,
     replay,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PASSWD_KEY = b"testPasswd"
 JOURNAL_ID = 0x18F00000000  # any "now in ms"; one journal per test

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Generator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -40,6 +40,9 @@ from bookiesim.entrylog.writeback import SYNCFS_MIN_FILES
 from bookiesim.sim.disk import SimDisk
 
 from ..gc.helpers import body, config, crash, open_storage, write
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
 
 LEDGERS = (1, 2, 3)
 

@@ -15,6 +15,7 @@ import math
 import re
 from collections import Counter as Tally
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -26,7 +27,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from bookiesim.bookie import metrics as metrics_module
@@ -40,6 +40,9 @@ from bookiesim.bookie.metrics import (
     Kind,
     render_markdown,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"^bookie_[a-z0-9_]+$")

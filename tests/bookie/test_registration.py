@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -17,10 +17,14 @@ from bookiesim.cluster.testing import bookie_client, bookie_config, running_book
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import INSTANCEID, LAYOUT
 from bookiesim.metadata.registration import bookie_address, live_bookies, read_only_bookies
-from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import DataFormats_pb2 as dfpb
 from bookiesim.sim.disk import SimDisk
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 
 async def test_bookie_registers_while_serving(tmp_path: Path) -> None:

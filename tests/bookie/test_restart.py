@@ -9,7 +9,7 @@ bits and explicit LACs as well as entries.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -27,6 +27,9 @@ from bookiesim.cluster.testing import (
     running_bookie,
 )
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 KEY_OTHER = b"\x02" * 20
 

@@ -6,22 +6,25 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 
 from bookiesim.bookie.handlers import decode_availability, encode_availability
-from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager, master_key
 from bookiesim.cluster.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from bookiesim.bookie.process import BookieService
 
 KEY_OTHER = b"\x01" * 20
 

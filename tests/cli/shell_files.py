@@ -8,9 +8,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from bookiesim.bookie.index_format import index_path
 from bookiesim.bookie.journal import (
@@ -27,6 +25,9 @@ from bookiesim.cli.main import main
 from bookiesim.client.digest import DigestManager
 from bookiesim.entrylog.format import HEADER_SIZE
 from bookiesim.entrylog.writer import EntryLogWriter
+
+if TYPE_CHECKING:
+    import pytest
 
 PASSWORD = b"secret"
 

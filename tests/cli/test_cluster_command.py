@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-from pathlib import Path
-
-import pytest
+from typing import TYPE_CHECKING
 
 from bookiesim.cli.main import main
 from bookiesim.cluster.processes import exit_description, pid_alive
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
 
 
 def status(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:

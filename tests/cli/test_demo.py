@@ -12,11 +12,13 @@ import json
 import os
 import re
 from pathlib import Path
-
-import pytest
+from typing import TYPE_CHECKING
 
 from bookiesim.cli.main import main
 from bookiesim.cluster import control, processes
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def _alive(pid: int) -> bool:

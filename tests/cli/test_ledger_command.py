@@ -17,9 +17,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -29,6 +27,10 @@ from bookiesim.cli.ledger_command import _stdin_payloads
 from bookiesim.cli.main import main
 from bookiesim.client.errors import LedgerFencedError
 from bookiesim.metadata.errors import MetadataError, NoClusterError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 

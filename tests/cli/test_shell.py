@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -38,6 +38,9 @@ from .shell_files import (
     write_journal,
     write_log,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @pytest.fixture

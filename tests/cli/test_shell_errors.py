@@ -7,8 +7,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -30,6 +29,10 @@ from .shell_files import (
     write_journal,
     write_log,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 # ---------------------------------------------------------------------------- errors
 

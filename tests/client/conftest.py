@@ -10,14 +10,17 @@ must hold in both; ``wire_config`` is its config, for tests that open more clien
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.cluster.in_process import LocalCluster, running_cluster
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 TEST_CONFIG = ClientConfig(seed=7, request_timeout=3.0, connect_timeout=2.0)
 

@@ -3,15 +3,19 @@ one bookie (to check where replicas are, bypassing the client's replica choice).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.client import BookieUnavailableError, BookKeeper
 from bookiesim.client.distribution import RoundRobinDistribution
-from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import read_request
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.metadata.ledgers import LedgerMetadata
 
 
 def payload(ledger_id: int, entry_id: int, size: int = 16) -> bytes:

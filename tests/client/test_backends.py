@@ -10,16 +10,20 @@ skips with the reason (fails under ``CI=true``).
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.client import BookKeeper, LedgerFencedError
 from bookiesim.cluster.in_process import running_cluster
 from bookiesim.entrylog.logger import RotationReason
-from bookiesim.metadata.testing import ZooKeeperServer
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 
 @pytest.fixture(params=["sqlite", "zk"])

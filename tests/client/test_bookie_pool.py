@@ -6,7 +6,7 @@ reconnects loses a bookie for good after a restart. These are the pool's promise
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -21,6 +21,9 @@ from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import FrameDecoder, encode_frame
 from bookiesim.proto.v3 import add_request, from_message, read_request
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 async def test_unreachable_bookie_fails_fast() -> None:

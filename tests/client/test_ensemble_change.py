@@ -8,7 +8,7 @@ entries resent — is exactly where invariants S2, S3, S5 and A11 can break.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -22,10 +22,12 @@ from bookiesim.client import (
     NotEnoughBookiesError,
 )
 from bookiesim.cluster.in_process import FaultyConnector, LocalCluster, running_cluster
-from bookiesim.metadata.ledgers import LedgerMetadata
-from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload, wait_until
+
+if TYPE_CHECKING:
+    from bookiesim.metadata.ledgers import LedgerMetadata
+    from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 
 async def check_closed_ledger(bk: BookKeeper, lh: LedgerHandle, acked: list[int]) -> None:

@@ -8,6 +8,8 @@ confirmed, clear errors), on loopback sockets to in-process bookies.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 import trio.lowlevel
@@ -24,12 +26,14 @@ from bookiesim.client import (
     UnauthorizedError,
 )
 from bookiesim.client.digest import DigestManager
-from bookiesim.cluster.in_process import LocalCluster
 from bookiesim.cluster.testing import bookie_client
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload, read_direct
+
+if TYPE_CHECKING:
+    from bookiesim.cluster.in_process import LocalCluster
 
 
 async def test_e3_qw2_qa2_writes_are_on_every_replica_of_their_write_set(

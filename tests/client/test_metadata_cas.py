@@ -12,16 +12,19 @@ conditional ``set``, lets "another client" update the same node.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.client import BookKeeper, LedgerFencedError
-from bookiesim.cluster.in_process import LocalCluster
 from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata, LedgerState
-from bookiesim.metadata.store import MetadataStore
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload
+
+if TYPE_CHECKING:
+    from bookiesim.cluster.in_process import LocalCluster
+    from bookiesim.metadata.store import MetadataStore
 
 Interference = Callable[[LedgerMetadata], LedgerMetadata]
 

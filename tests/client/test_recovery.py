@@ -10,7 +10,7 @@ dropping the exact frames the model's counterexamples hold and drop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -28,6 +28,9 @@ from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload, wait_until
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PATIENT = ClientConfig(seed=5, request_timeout=60)
 """Held frames must not time out while a scenario is being played."""

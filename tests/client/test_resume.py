@@ -8,6 +8,8 @@ closed, being recovered, or whose password is wrong.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from bookiesim.client import (
@@ -16,10 +18,12 @@ from bookiesim.client import (
     LedgerFencedError,
     UnauthorizedError,
 )
-from bookiesim.cluster.in_process import LocalCluster
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload
+
+if TYPE_CHECKING:
+    from bookiesim.cluster.in_process import LocalCluster
 
 
 async def _write_and_vanish(cluster: LocalCluster, count: int, password: bytes = b"") -> int:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 from hypothesis import settings
@@ -41,8 +41,12 @@ from bookiesim.client import (
     NotEnoughBookiesError,
 )
 from bookiesim.cluster.in_process import LocalCluster, TrioThread, running_cluster
-from bookiesim.metadata.ledgers import LedgerMetadata
 from tests.client.helpers import holders, payload
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from bookiesim.metadata.ledgers import LedgerMetadata
 
 SHAPES = [(3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1), (4, 3, 2)]
 BOOKIES = 5

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.bookie import exit_codes
 from bookiesim.cluster.processes import ClusterError, bookie_process, pid_alive
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_a_bookie_process_restarts_on_its_data_and_stops_cleanly(tmp_path: Path) -> None:

@@ -15,8 +15,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +24,10 @@ from bookiesim.cli.main import main
 from bookiesim.cluster import prometheus
 from bookiesim.cluster.processes import pid_alive
 from bookiesim.dashboards.panels import ROWS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 import struct
 import tempfile
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hypothesis import strategies as st
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 MAX_LONG = 2**63 - 1
 

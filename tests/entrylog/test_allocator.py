@@ -7,7 +7,7 @@ Scenarios are upstream's CreateNewLogTest and DefaultEntryLogTest.testMissingLog
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -26,6 +26,9 @@ from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import scratch_dir, upstream_entry
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @pytest.fixture

@@ -7,13 +7,16 @@ patched to point at it. Any difference here breaks compatibility with upstream's
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import LogHeader
 from bookiesim.entrylog.metadata import extract_from_ledgers_map
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log
 from bookiesim.entrylog.writer import EntryLogWriter
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HELLO_BODY = bytes.fromhex(
     "0000000000000001"  # ledgerId 1

@@ -11,7 +11,7 @@ component: each flag re-creates the upstream behaviour, and our default stays as
 from __future__ import annotations
 
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +23,9 @@ from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import upstream_entry
 from .test_managers import FakeClock, dirs_of
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _STALE = struct.pack(">qi", 7 << 32, 0)
 """What a reused buffer may hold at bytes 8..20: an offset far past any small log, count 0."""

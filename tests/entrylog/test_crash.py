@@ -9,7 +9,7 @@ torn entry must fail with a clear error; metadata must describe exactly the comp
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +20,9 @@ from bookiesim.entrylog.scanner import scan_entry_log
 from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import seeded_entry, upstream_entry
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ENTRIES = [
     upstream_entry(1, 1),

@@ -11,8 +11,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given
@@ -34,6 +33,9 @@ from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.entrylog.writer import EntryLogWriter
 from tests.entrylog.entries import upstream_entry
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 PAIRS = list(itertools.product(LogState, LogEvent))
 
 
@@ -49,7 +51,7 @@ def test_every_pair_is_taken_or_refused_by_the_table(state: LogState, event: Log
     assert (error.log_id, error.state, error.event) == (7, state, event)
     message = str(error)
     assert f"is {state.value}: {event.value} is not allowed" in message
-    for (s, e), _ in TRANSITIONS.items():
+    for s, e in TRANSITIONS:
         if s is state:
             assert e.value in message  # names what would have been allowed
     assert ("not flushed yet" in message) == (event is LogEvent.DELETE)

@@ -14,8 +14,7 @@ import errno
 import os
 import random
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -32,6 +31,10 @@ from bookiesim.sim.disk import SimDisk
 
 from .entries import make_entry, seeded_entry, upstream_entry
 from .test_managers import FakeClock, dirs_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 Written = dict[tuple[int, int], tuple[int, bytes]]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +23,9 @@ from bookiesim.entrylog.managers import (
 )
 
 from .entries import MAX_LONG, make_entry, upstream_entry
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ anything else (old header, never sealed, count 0, garbage) falls back to a scan.
 from __future__ import annotations
 
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -25,6 +25,9 @@ from bookiesim.entrylog.metadata import (
 from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import make_entry, upstream_entry, write_file
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FOUR_ENTRIES = [(1, 1), (3, 1), (2, 1), (1, 2)]
 

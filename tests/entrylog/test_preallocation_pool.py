@@ -13,8 +13,7 @@ import os
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -24,6 +23,10 @@ from bookiesim.entrylog.format import HEADER_SIZE, log_file_name
 from bookiesim.entrylog.logger import EntryLogger, RotationReason
 
 from .entries import make_entry, upstream_entry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 Written = dict[tuple[int, int], tuple[int, bytes]]
 

@@ -8,7 +8,7 @@ a log that ends too early) with errors that say what was found and where, and
 from __future__ import annotations
 
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +25,9 @@ from bookiesim.entrylog.reader import (
 from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import seeded_entry, upstream_entry, write_file
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ Pure, so hypothesis checks each rule against its statement; the managers' tests
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 from bookiesim.entrylog.logger import EntryLogger
 from bookiesim.entrylog.rotation import BP32_SIGNALS, RotationPolicy, RotationReason
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 policies = st.builds(
     RotationPolicy,

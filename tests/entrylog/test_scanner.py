@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -27,6 +26,10 @@ from bookiesim.entrylog.scanner import (
 from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import make_entry, scratch_dir, seeded_entry, upstream_entry, write_file
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 
 def record(body: bytes) -> bytes:

@@ -9,8 +9,7 @@ error from ``accept`` arrives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from typing import TYPE_CHECKING
 from unittest import mock
 
 import pytest
@@ -32,6 +31,10 @@ from bookiesim.entrylog.writer import EntryLogWriter
 
 from .entries import scratch_dir, seeded_entry, upstream_entry, write_file
 from .test_scanner import record, reference_scan, segments
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
 
 
 def summary_tuple(s: ScanSummary) -> tuple[int | None, ...]:
@@ -63,8 +66,7 @@ def batches_of(
 
 def drain(scan: Iterable[ScannedRecord], bodies: list[bytes | None]) -> None:
     """Collect the bodies of a scan into ``bodies`` until it ends or raises."""
-    for rec in scan:
-        bodies.append(rec.body)
+    bodies.extend(rec.body for rec in scan)  # appends one by one: a raise keeps the rest
 
 
 def drain_batches(scan: Iterable[list[RawRecord]], bodies: list[bytes | None]) -> None:

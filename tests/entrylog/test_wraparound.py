@@ -8,12 +8,15 @@ could have deleted live logs. Ids are now tracked in allocation order across a w
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.format import MAX_LOG_ID, log_file_name
 from bookiesim.entrylog.logger import EntryLogger, RotationReason
 
 from .entries import upstream_entry
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def start_at(tmp_path: Path, last_id: int) -> list[Path]:

@@ -13,7 +13,7 @@ import itertools
 import os
 import struct
 import threading
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -27,6 +27,9 @@ from bookiesim.entrylog.scanner import scan_entry_log
 from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter
 
 from .entries import make_entry, scratch_dir, seeded_entry, upstream_entry
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_new_log_is_empty_on_disk_until_flushed(tmp_path: Path) -> None:

@@ -9,18 +9,22 @@ bookie's adapter.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.ledger_storage import LedgerStorage, entry_header
 from bookiesim.cluster.testing import bookie_config
 from bookiesim.gc.collector import GarbageCollector
 from bookiesim.gc.policy import CompactionSettings, Throttle
 from bookiesim.metadata.errors import NoSuchLedgerError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from bookiesim.bookie.config import BookieConfig
 
 FORCE_BOTH = CompactionSettings(
     minor_threshold=0.2,

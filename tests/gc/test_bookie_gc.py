@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,6 +17,11 @@ from bookiesim.cluster.testing import BookieTestClient, bookie_client, bookie_co
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 from .helpers import FakeLedgers
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
 
 PAYLOAD = 1000
 SHARE = {1: 2, 2: 28, 3: 70}

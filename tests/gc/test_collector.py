@@ -8,8 +8,7 @@ bookie's storage adapter.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -18,8 +17,6 @@ from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.ledger_storage import LedgerStorage, StorageFailedError
 from bookiesim.entrylog.format import log_file_name
 from bookiesim.entrylog.logger import RotationReason
-from bookiesim.gc.collector import GarbageCollector
-from bookiesim.gc.interfaces import Move
 from bookiesim.gc.policy import CompactionKind, CompactionSettings
 from bookiesim.sim.disk import SimDisk
 
@@ -33,6 +30,13 @@ from .helpers import (
     open_storage,
     write,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from bookiesim.gc.collector import GarbageCollector
+    from bookiesim.gc.interfaces import Move
 
 # CompactionTest: minor 0.1, major 0.5; 3 ledgers with 2/28/70 entries of ~1 KiB per log.
 UPSTREAM_THRESHOLDS = CompactionSettings(

@@ -10,15 +10,19 @@ finds everything a full rescan would.
 from __future__ import annotations
 
 from collections import deque
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bookiesim.bookie.ledger_storage import LedgerStorage
 from bookiesim.entrylog.logger import RotationReason
 from bookiesim.entrylog.metadata import EntryLogMetadata
 from bookiesim.gc.policy import CompactionSettings
 from bookiesim.gc.usage import EntryLogUsage
 
 from .helpers import FakeLedgers, collector, config, crash, open_storage, write
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bookiesim.bookie.ledger_storage import LedgerStorage
 
 NO_COMPACTION = CompactionSettings(
     minor_threshold=0.0,

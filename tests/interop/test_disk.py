@@ -19,12 +19,10 @@ import hashlib
 import json
 import re
 import struct
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.cookie_check import cookie_dirs, read_dir_cookie
 from bookiesim.bookie.index_format import HEADER_SIZE, PAGE_SIZE, index_path
 from bookiesim.cli.main import main
@@ -34,6 +32,11 @@ from bookiesim.cluster.testing import bookie_client, bookie_config, running_book
 from bookiesim.metadata.cookies import Cookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.interop.vectors import disk_dir, extract_bookie_data
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bookiesim.bookie.config import BookieConfig
 
 PASSWORD = b"bookiesim"
 """The recording client's password (README: master key 6a16fa9c…)."""

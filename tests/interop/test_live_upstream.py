@@ -17,13 +17,17 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from bookiesim.metadata.testing import ZooKeeperServer
 from tests.interop.upstream_live import Bookiesim, Root, Upstream, installation
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 _INSTALL = installation()
 pytestmark = [pytest.mark.slow]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,6 +26,8 @@ from tests.interop.vectors import extract_bookie_data
 from tests.pipeline.conftest import spark
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
 
 __all__ = ["spark"]  # the session fixture, shared with tests/pipeline

@@ -29,22 +29,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 from google.protobuf import text_format
 
-from bookiesim.bookie.process import BookieService
 from bookiesim.cluster.testing import bookie_config, running_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
 from bookiesim.proto.v3 import parse_response
 from tests.interop.vectors import wire_frames
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable
+    from pathlib import Path
+
+    from bookiesim.bookie.process import BookieService
 
 V3_CONNS = (1, 3, 4, 5)
 V2_CONNS = (2, 6, 7, 8)

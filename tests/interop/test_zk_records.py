@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.client import BookKeeper
 from bookiesim.cluster.in_process import running_cluster, stable_port
@@ -28,9 +27,14 @@ from bookiesim.metadata import BookieInfo, LedgerMetadata, MetadataStore, open_s
 from bookiesim.metadata.cluster import INSTANCEID, LAYOUT, LAYOUT_HIERARCHICAL
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.metadata.store import join_path
-from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.proto import DataFormats_pb2 as pb
 from tests.interop.vectors import upstream_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 ROOT = "/ledgers"
 _UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -19,12 +19,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0

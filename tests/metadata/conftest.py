@@ -16,14 +16,18 @@ relies on it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from bookiesim.metadata import MetadataStore
-from bookiesim.metadata.testing import ZooKeeperServer
 from tests.metadata.helpers import Backend
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from bookiesim.metadata import MetadataStore
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 
 @pytest.fixture(params=["sqlite", "zk"])

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sys
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.metadata import MetadataStore, open_store
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """Working directory of worker processes, so that ``python -m tests.metadata.worker`` works."""

@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import uuid
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -42,8 +43,10 @@ from bookiesim.metadata.ledger_paths import ledger_path
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.store import join_path
-from bookiesim.metadata.testing import ZooKeeperServer
-from tests.metadata.helpers import Backend
+
+if TYPE_CHECKING:
+    from bookiesim.metadata.testing import ZooKeeperServer
+    from tests.metadata.helpers import Backend
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

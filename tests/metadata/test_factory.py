@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -25,8 +26,10 @@ from bookiesim.metadata import (
     scheme_of,
 )
 from bookiesim.metadata.sqlite_store import SqliteStore, open_sqlite_store, sqlite_path_from_uri
-from bookiesim.metadata.testing import ZooKeeperServer
 from bookiesim.metadata.zk_store import ZkStore, parse_zk_uri
+
+if TYPE_CHECKING:
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ ephemeral-liveness test of the store as much as of registration.
 from __future__ import annotations
 
 import string
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -32,7 +32,11 @@ from bookiesim.metadata.sqlite_store import SqliteStore
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.zk_store import ZkStore
 from bookiesim.proto import DataFormats_pb2 as pb
-from tests.metadata.helpers import Backend
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.metadata.helpers import Backend
 
 BOOKIE = BookieInfo(
     "127.0.0.1:3181",

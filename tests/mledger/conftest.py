@@ -3,13 +3,16 @@ and a clock the tests move by hand (rollover rules and TTLs are about time)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.cluster.in_process import LocalCluster, running_cluster
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 TEST_CONFIG = ClientConfig(seed=11, request_timeout=5.0, connect_timeout=2.0)
 

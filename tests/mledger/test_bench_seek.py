@@ -7,10 +7,12 @@ second) and checks that the properties read bound holds and every codec round-tr
 from __future__ import annotations
 
 import json
-
-import pytest
+from typing import TYPE_CHECKING
 
 from bookiesim.cli.main import main
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def test_bench_seek_small(capsys: pytest.CaptureFixture[str]) -> None:

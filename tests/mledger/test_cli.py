@@ -9,13 +9,15 @@ managed ledger wrote, compressed or not.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from bookiesim.cli.main import main
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "pip146"
 

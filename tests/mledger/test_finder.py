@@ -9,12 +9,15 @@ reference/pulsar.md §6.4, §6.5), with upstream's probe past ``end`` checked *n
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.mledger.finder import find_newest_matching, find_position_range, range_by_bounds
 from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 P = Position
 

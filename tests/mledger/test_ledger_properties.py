@@ -9,19 +9,23 @@ and one regression test for each of the three ways upstream lost them (§4, §8)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
-from bookiesim.client import BookKeeper
 from bookiesim.mledger.compression import decode_ledger_info
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.errors import LedgerNotFoundError, ManagedLedgerFencedError
 from bookiesim.mledger.ledger_properties import properties_of
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
-from bookiesim.proto import MLDataFormats_pb2 as ml_pb
 from tests.client.helpers import wait_until
 
-from .conftest import FakeClock
+if TYPE_CHECKING:
+    from bookiesim.client import BookKeeper
+    from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+    from .conftest import FakeClock
 
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=2, minimum_rollover_time_ms=0)
 

@@ -8,9 +8,10 @@ bookies hold them. Scenarios follow upstream's (reference/pulsar.md §5, §6.3, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from bookiesim.client import BookKeeper
 from bookiesim.mledger.compression import (
     CompressionType,
     CorruptManagedInfoError,
@@ -19,14 +20,17 @@ from bookiesim.mledger.compression import (
     decode_ledger_info,
 )
 from bookiesim.mledger.config import ManagedLedgerConfig
-from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 from bookiesim.mledger.errors import ManagedLedgerFencedError
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.position import Position
 from bookiesim.mledger.publishing import Message
-from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 
-from .conftest import FakeClock
+if TYPE_CHECKING:
+    from bookiesim.client import BookKeeper
+    from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+
+    from .conftest import FakeClock
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=2, minimum_rollover_time_ms=0)
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from bookiesim.mledger.config import ManagedLedgerConfig
-from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 from bookiesim.mledger.ledger_properties import set_properties
 from bookiesim.mledger.position import LedgerList, LedgerSummary, Position
 from bookiesim.mledger.publishing import Message, encode_messages
@@ -44,6 +43,7 @@ from bookiesim.mledger.state import (
     MLState,
 )
 from bookiesim.proto import MLDataFormats_pb2 as ml_pb
+from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 
 # -- the life cycle ----------------------------------------------------------------------------
 

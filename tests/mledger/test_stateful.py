@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -29,6 +29,9 @@ from bookiesim.mledger.managed_ledger import ManagedLedger
 from bookiesim.mledger.position import Position
 
 from .conftest import TEST_CONFIG, FakeClock
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 CONFIG = ManagedLedgerConfig(
     max_entries_per_ledger=3, minimum_rollover_time_ms=0, maximum_rollover_time_ms=10_000

@@ -9,21 +9,25 @@ Scenarios follow SubscriptionSeekTest and PersistentMessageFinderTest (reference
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.client import BookKeeper
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.cursor import acked_ranges
-from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 from bookiesim.mledger.expiry import MessageExpiryMonitor
 from bookiesim.mledger.managed_ledger import ManagedLedger, open_managed_ledger
 from bookiesim.mledger.position import Position
 from bookiesim.mledger.publishing import Message
 from bookiesim.mledger.seek import SeekStrategy
+from bookiesim.proto.pulsar_entry import decode_pulsar_entry
 
-from .conftest import FakeClock
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.client import BookKeeper
+
+    from .conftest import FakeClock
 
 TEN_PER_LEDGER = ManagedLedgerConfig(max_entries_per_ledger=10, minimum_rollover_time_ms=0)
 

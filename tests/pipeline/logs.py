@@ -3,11 +3,14 @@ and torn tail, in a bookie's directory layout."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bookiesim.client.digest import DigestManager
 from bookiesim.entrylog.writer import EntryLogWriter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
 
 
 def body(ledger_id: int, entry_id: int, size: int = 100, lac: int | None = None) -> bytes:

@@ -10,19 +10,21 @@ splits of any size.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bookiesim.client.digest import DigestManager
-from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 from bookiesim.pipeline.blocks import BLOCKS_SCHEMA, read_split_blocks
 from bookiesim.pipeline.inputs import find_log_files, plan_splits
 from bookiesim.pipeline.rows import read_split
+from bookiesim.proto.pulsar_entry import encode_pulsar_entry
 from tests.entrylog.entries import scratch_dir
 from tests.pipeline.logs import body, write_log
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 Key = tuple[Any, ...]
 KEY_NAMES = ("status", "logId", "ledgerId", "block", "error")

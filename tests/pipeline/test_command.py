@@ -8,7 +8,6 @@ scripts read.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +16,8 @@ from bookiesim.cli.main import main
 from tests.pipeline.logs import body, write_log
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.slow

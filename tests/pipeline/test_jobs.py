@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -35,6 +33,9 @@ from bookiesim.pipeline.session import entrylog_tasks
 from tests.pipeline.logs import body, write_log
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = pytest.mark.slow

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bookiesim.sim.disk import SimDisk
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _write(path: Path, data: bytes, *, sync: bool, offset: int | None = None) -> None:

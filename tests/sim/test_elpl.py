@@ -11,8 +11,7 @@ with the timers shrunk so that both compactions run within it.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +30,9 @@ from bookiesim.sim.elpl.workload import (
     WorkloadSpec,
     plan_workload,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SMALL = WorkloadSpec(
     duration=900,

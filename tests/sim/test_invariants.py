@@ -3,8 +3,8 @@ without it: a checker that cannot fail would make every campaign pass."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -30,6 +30,9 @@ from bookiesim.sim.invariants import (
     check_s7a,
     check_structures,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 B1, B2, B3 = "10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181"
 ALL = frozenset(range(3))

@@ -16,8 +16,8 @@ an invariant broken on purpose is reported and shrunk, and the #2614 switch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -32,10 +32,14 @@ from hypothesis.stateful import (
 )
 
 from bookiesim.sim import invariants
-from bookiesim.sim.invariants import CheckerMemory, ClusterView, Finding
 from bookiesim.sim.plan import FAULT_KINDS, FaultPlan
 from bookiesim.sim.runner import SimSettings, quiet_logs
 from bookiesim.sim.stepper import SimStepper
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from bookiesim.sim.invariants import CheckerMemory, ClusterView, Finding
 
 SETTINGS = SimSettings(bookies=4, writers=1, recoverers=2)
 BOOKIES = tuple(f"bookie{n}" for n in range(1, SETTINGS.bookies + 1))

@@ -28,13 +28,10 @@ Upstream behaviours kept here (fact sheet §6):
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import struct
 import time
-from collections.abc import Callable, Generator, Iterable
-from types import TracebackType
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from bookiesim.bookie.journal.decoder import END, NEED_DATA, JournalDecoder
 from bookiesim.bookie.journal.log_mark import LogMark
@@ -52,6 +49,11 @@ from bookiesim.bookie.journal.records import (
     parse_header,
 )
 from bookiesim.entrylog.writeback import fsync_directory
+
+if TYPE_CHECKING:
+    import io
+    from collections.abc import Callable, Generator, Iterable
+    from types import TracebackType
 
 __all__ = [
     "DEFAULT_MAX_BACKUP_JOURNALS",

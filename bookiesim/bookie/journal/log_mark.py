@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bookiesim.entrylog.writeback import fsync_directory
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "LAST_MARK_FILE",

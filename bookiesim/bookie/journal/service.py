@@ -26,13 +26,16 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
-from bookiesim.bookie.journal.files import JournalWriter
-from bookiesim.bookie.journal.log_mark import LogMark
-from bookiesim.bookie.journal.records import JournalRecord
+
+if TYPE_CHECKING:
+    from bookiesim.bookie.journal.files import JournalWriter
+    from bookiesim.bookie.journal.log_mark import LogMark
+    from bookiesim.bookie.journal.records import JournalRecord
 
 __all__ = [
     "Completion",

@@ -13,8 +13,8 @@ would hide exactly the mistake cookies exist to catch.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -24,6 +24,9 @@ from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.registration import live_bookies, read_only_bookies
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["EXIT_REFUSED", "UpdateRefusedError", "register_cookie_commands", "update_cookies"]
 

@@ -3,15 +3,17 @@ HTTP API and show its entry logs' usage."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bookiesim.cli.shell.common import EXIT_BAD_FILE, Out, counted
 from bookiesim.console import Column, quiet_broken_pipe
+
+if TYPE_CHECKING:
+    import argparse
 
 GC_KEYS = """\
 Give the bookie as --url http://HOST:PORT or --port PORT [--host HOST] (its httpServerPort).

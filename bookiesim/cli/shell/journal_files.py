@@ -3,10 +3,9 @@ the journal position a ledger directory was checkpointed at."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -37,6 +36,9 @@ from bookiesim.cli.shell.common import (
 from bookiesim.console import Column
 from bookiesim.entrylog.format import split_location
 from bookiesim.proto.entry_header import blob_lac, body_lac
+
+if TYPE_CHECKING:
+    import argparse
 
 READJOURNAL_KEYS = """\
 JSON keys, records ({"type": "data" | "masterKey" | "fence" | "explicitLac" | "unknownMeta"}):

@@ -15,14 +15,17 @@ flushed yet (those the GC leaves alone).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bookiesim.gc.usage import usage_bucket
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
 
 __all__ = ["GcReportSummary", "LogVerdict", "gc_report", "verdict"]
 

@@ -13,11 +13,13 @@ the (small) result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["InventorySummary", "inventory"]
 

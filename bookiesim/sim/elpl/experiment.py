@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
@@ -47,6 +47,9 @@ from bookiesim.sim.elpl.workload import (
     WorkloadSpec,
     plan_workload,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "DEFAULT_SETTINGS",

@@ -16,11 +16,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from bookiesim.bookie.bookie import Bookie
-from bookiesim.gc.interfaces import GcMetrics
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bookiesim.bookie.bookie import Bookie
+    from bookiesim.gc.interfaces import GcMetrics
 
 __all__ = [
     "BookieProbe",

@@ -18,14 +18,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
-from bookiesim.sim.elpl.experiment import ExperimentResult
-from bookiesim.sim.elpl.run import RunResult
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from bookiesim.sim.elpl.experiment import ExperimentResult
+    from bookiesim.sim.elpl.run import RunResult
 
 __all__ = ["plot_experiment", "render_table", "summarize_experiment", "summarize_run"]
 

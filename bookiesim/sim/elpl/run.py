@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -43,6 +41,10 @@ from bookiesim.sim.elpl.workload import (
     LedgerPlan,
     WorkloadSpec,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
 
 __all__ = [
     "RunResult",
