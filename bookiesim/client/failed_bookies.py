@@ -7,6 +7,12 @@ the writer flips between such bookies, each flip a metadata write. The fault cam
 tens of thousands in a minute of virtual time. So a bookie that failed is reused only after
 a backoff that doubles with each failure in a row and ends at the first add it acknowledges.
 
+It does not retry forever: a bookie that keeps failing once its backoff has reached the maximum
+is :meth:`~FailedBookies.exhausted` (:data:`STRIKES_AT_MAX`), and when every spare is, the
+writer gives up with NotEnoughBookies as upstream's does when no bookie is left to choose.
+Without that bound, a writer whose spares are all down but still registered (a stalled process
+whose session has not yet expired) waited on its adds for ever.
+
 No I/O and no clock of its own: callers pass the time (``trio.current_time()``), so the rule
 is tested alone and holds in virtual time.
 """
@@ -15,7 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FailedBookies"]
+__all__ = ["STRIKES_AT_MAX", "FailedBookies"]
+
+STRIKES_AT_MAX = 5
+"""Failures after waiting out the maximum backoff before a bookie is given up: with the
+defaults (0.1 s doubling to 5 s) about 36 s of patience for a restart, then NotEnoughBookies."""
 
 
 @dataclass
@@ -37,6 +47,12 @@ class FailedBookies:
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self._strikes: dict[str, _Strikes] = {}
+        doublings = 0  # to reach the maximum, at most the 64 that backoff() counts
+        while 0 < first_backoff * 2.0**doublings < max_backoff and doublings < 64:
+            doublings += 1
+        self.give_up_after = doublings + 1 + STRIKES_AT_MAX
+        """Failures in a row after which a bookie is exhausted: enough to reach the maximum
+        backoff, and :data:`STRIKES_AT_MAX` more after waiting it out."""
 
     def __contains__(self, bookie: object) -> bool:
         return bookie in self._strikes
@@ -69,3 +85,9 @@ class FailedBookies:
         if strikes is None:
             return float("-inf")
         return strikes.last_failed_at + self.backoff(bookie)
+
+    def exhausted(self, bookie: str) -> bool:
+        """``bookie`` failed again after waiting out the maximum backoff: not worth waiting
+        for any longer."""
+        strikes = self._strikes.get(bookie)
+        return strikes is not None and strikes.in_a_row >= self.give_up_after

@@ -346,7 +346,8 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         those that never failed this handle first. When they are too few, bookies that did
         fail it are reused (they may be back, restarted), each once its backoff has passed
         (:mod:`.failed_bookies`); the change waits for them rather than flip at once between
-        bookies that keep failing, a metadata write per flip."""
+        bookies that keep failing, a metadata write per flip. Bookies that failed again after
+        the longest backoff are not waited for: with none left, NotEnoughBookies."""
         bad = self._bad_bookies
         needed = len(failed)
         while True:
@@ -354,11 +355,13 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             current = set(self._ensemble)
             spare = [b for b in live if b not in current]
             candidates = sorted(b for b in spare if b not in bad)
-            retry = [b for b in spare if b in bad]
+            retry = [b for b in spare if b in bad and not bad.exhausted(b)]
             if len(candidates) + len(retry) < needed:
+                given_up = sorted(b for b in spare if bad.exhausted(b))
                 raise NotEnoughBookiesError(
                     f"cannot replace {sorted(failed.values())}: {len(spare)} spare live "
-                    f"bookies ({sorted(spare)}), {needed} needed",
+                    f"bookies ({sorted(spare)}), {needed} needed"
+                    + (f"; {given_up} kept failing this handle" if given_up else ""),
                     ledger_id=self.ledger_id,
                 )
             if len(candidates) < needed:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.client.failed_bookies import FailedBookies
+from bookiesim.client.failed_bookies import STRIKES_AT_MAX, FailedBookies
 
 BOOKIES = ("a", "b", "c")
 
@@ -68,3 +68,36 @@ def test_hours_of_failures_stay_at_the_cap() -> None:
 def test_a_backoff_longer_than_its_cap_is_refused() -> None:
     with pytest.raises(ValueError, match="first backoff <= max backoff"):
         FailedBookies(2.0, 1.0)
+
+
+def test_a_bookie_is_exhausted_once_it_keeps_failing_at_the_longest_backoff() -> None:
+    bad = FailedBookies(0.1, 5.0)  # backoffs 0.1, 0.2, ..., 3.2, then 5.0 (the 7th failure)
+    assert bad.give_up_after == 7 + STRIKES_AT_MAX
+    for n in range(1, 7 + STRIKES_AT_MAX):
+        bad.failed("a", float(n))
+        assert not bad.exhausted("a"), n
+    assert bad.backoff("a") == 5.0
+    bad.failed("a", 100.0)  # failed again after waiting the longest backoff out, once more
+    assert bad.exhausted("a")
+    bad.acknowledged("a")  # back: its next failure starts afresh
+    assert not bad.exhausted("a")
+    assert not bad.exhausted("never-failed")
+
+
+@given(
+    first=st.floats(0.0, 10.0),
+    extra=st.floats(0.0, 100.0),
+    failures=st.integers(0, 80),
+)
+def test_exhausted_exactly_after_its_failures_at_the_longest_backoff(
+    first: float, extra: float, failures: int
+) -> None:
+    bad = FailedBookies(first, first + extra)
+    for n in range(failures):
+        bad.failed("a", float(n))
+    # The failure that reaches the longest backoff, then one more after waiting it out.
+    reach = next((d for d in range(65) if first == 0 or first * 2.0**d >= bad.max_backoff), 64)
+    assert bad.give_up_after == reach + 1 + STRIKES_AT_MAX
+    assert bad.exhausted("a") == (failures >= reach + 1 + STRIKES_AT_MAX)
+    if failures >= reach + 1 and first > 0 and first * 2.0**64 >= bad.max_backoff:
+        assert bad.backoff("a") == bad.max_backoff
