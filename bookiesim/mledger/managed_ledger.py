@@ -60,11 +60,7 @@ from bookiesim.mledger.errors import (
     ManagedLedgerFencedError,
 )
 from bookiesim.mledger.finder import Predicate, find_newest_matching
-from bookiesim.mledger.ledger_properties import (
-    get_property,
-    remove_property,
-    set_properties,
-)
+from bookiesim.mledger.ledger_properties import get_property, remove_property, set_properties
 from bookiesim.mledger.meta_store import MetaStore
 from bookiesim.mledger.position import LedgerList, Position
 from bookiesim.mledger.publishing import Message, encode_messages, wall_clock_ms
