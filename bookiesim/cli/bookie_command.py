@@ -23,6 +23,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "the exit code is 3 if that stop logged a disk error, 2 for a bad configuration."
         ),
     )
+    add_config_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--conf FILE`` and repeatable ``--set KEY=VALUE``: a bookie's configuration, for
+    every command that acts as or for one bookie."""
     parser.add_argument("--conf", help="bk_server.conf-style properties file")
     parser.add_argument(
         "--set",
@@ -32,15 +39,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="KEY=VALUE",
         help="override one configuration key (repeatable)",
     )
-    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> BookieConfig:
+    """The configuration :func:`add_config_arguments` describes; raises ``ConfigError``
+    (or ``OSError`` for an unreadable file)."""
+    if args.conf:
+        return BookieConfig.from_file(args.conf, args.overrides)
+    return BookieConfig.from_properties("", source="--set", overrides=args.overrides)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.conf:
-            cfg = BookieConfig.from_file(args.conf, args.overrides)
-        else:
-            cfg = BookieConfig.from_properties("", source="--set", overrides=args.overrides)
+        cfg = config_from_args(args)
     except (ConfigError, OSError) as exc:
         print(f"bookiesim bookie: {exc}", file=sys.stderr)
         return exit_codes.BAD_CONFIGURATION

@@ -20,6 +20,7 @@ import trio
 
 from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.cookie_check import cookie_bookie_id, stamp_cookies
+from bookiesim.cli.bookie_command import add_config_arguments, config_from_args
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.errors import MetadataError
@@ -46,24 +47,13 @@ def register_cookie_commands(commands: argparse._SubParsersAction[argparse.Argum
         "configured directory and into the metadata store's cookies/<bookie id>, replacing "
         "what is there. Refused (exit code 2) while a bookie with that id is registered.",
     )
-    parser.add_argument("--conf", help="the bookie's bk_server.conf-style properties file")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one configuration key (repeatable), as `bookiesim bookie` takes them",
-    )
+    add_config_arguments(parser)
     parser.set_defaults(func=_updatecookie)
 
 
 def _updatecookie(args: argparse.Namespace) -> int:
     try:
-        if args.conf:
-            cfg = BookieConfig.from_file(args.conf, args.overrides)
-        else:
-            cfg = BookieConfig.from_properties("", source="--set", overrides=args.overrides)
+        cfg = config_from_args(args)
         lines = trio.run(update_cookies, cfg)
     except (ConfigError, UpdateRefusedError, MetadataError) as exc:
         print(f"bookiesim shell updatecookie: {exc}", file=sys.stderr)
