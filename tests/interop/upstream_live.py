@@ -137,6 +137,27 @@ class Bookie:
         return self.proc.wait(timeout=timeout)
 
 
+@contextmanager
+def _registered_bookie(
+    kind: str, name: str, command: list[str], port: int, dirs: Path, where: Upstream | Bookiesim
+) -> Iterator[Bookie]:
+    """Start a bookie of either kind, its output in ``WORK/NAME.log``; yield it once it has
+    registered under the root, and kill it on leaving if it still runs."""
+    log = where.work / f"{name}.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
+    bookie = Bookie(kind, port, dirs, proc, log)
+    try:
+        where.root.wait_registered(bookie.bookie_id, proc, log)
+        yield bookie
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @dataclass
 class Upstream:
     """Upstream's jars, run as bookies and shell commands against one root."""
@@ -194,22 +215,9 @@ class Upstream:
         port = port or free_port()
         dirs = dirs or self.work / name
         conf = self.conf(name, port, dirs)
-        log = self.work / f"{name}.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                self._java("org.apache.bookkeeper.server.Main", "--conf", str(conf)),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        bookie = Bookie("upstream", port, dirs, proc, log)
-        try:
-            self.root.wait_registered(bookie.bookie_id, proc, log)
+        command = self._java("org.apache.bookkeeper.server.Main", "--conf", str(conf))
+        with _registered_bookie("upstream", name, command, port, dirs, self) as bookie:
             yield bookie
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
     def shell(self, *args: str, v2: bool = False, timeout: float = SHELL_TIMEOUT) -> str:
         """Run a ``BookieShell`` command as a client of this root; its output, which must
@@ -274,19 +282,8 @@ class Bookiesim:
         args = [sys.executable, "-m", "bookiesim", "bookie"]
         for setting in settings:
             args += ["--set", setting]
-        log = self.work / f"{name}.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-        bookie = Bookie("bookiesim", port, dirs, proc, log)
-        try:
-            self.root.wait_registered(bookie.bookie_id, proc, log)
+        with _registered_bookie("bookiesim", name, args, port, dirs, self) as bookie:
             yield bookie
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
     def ledger(self, *args: str, v2: bool = False, stdin: str | None = None) -> str:
         cmd = [sys.executable, "-m", "bookiesim", "ledger", *args]
