@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!bookiesim/proto/DataFormats.proto\x12\x10\x62ookkeeper.proto\"\x9e\x05\n\x14LedgerMetadataFormat\x12\x12\n\nquorumSize\x18\x01 \x02(\x05\x12\x14\n\x0c\x65nsembleSize\x18\x02 \x02(\x05\x12\x0e\n\x06length\x18\x03 \x02(\x03\x12\x13\n\x0blastEntryId\x18\x04 \x01(\x03\x12\x41\n\x05state\x18\x05 \x02(\x0e\x32,.bookkeeper.proto.LedgerMetadataFormat.State:\x04OPEN\x12?\n\x07segment\x18\x06 \x03(\x0b\x32..bookkeeper.proto.LedgerMetadataFormat.Segment\x12\x45\n\ndigestType\x18\x07 \x01(\x0e\x32\x31.bookkeeper.proto.LedgerMetadataFormat.DigestType\x12\x10\n\x08password\x18\x08 \x01(\x0c\x12\x15\n\rackQuorumSize\x18\t \x01(\x05\x12\r\n\x05\x63time\x18\n \x01(\x03\x12P\n\x0e\x63ustomMetadata\x18\x0b \x03(\x0b\x32\x38.bookkeeper.proto.LedgerMetadataFormat.cMetadataMapEntry\x12\x0e\n\x06\x63Token\x18\x0c \x01(\x03\x1a\x37\n\x07Segment\x12\x16\n\x0e\x65nsembleMember\x18\x01 \x03(\t\x12\x14\n\x0c\x66irstEntryId\x18\x02 \x02(\x03\x1a/\n\x11\x63MetadataMapEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\".\n\x05State\x12\x08\n\x04OPEN\x10\x01\x12\x0f\n\x0bIN_RECOVERY\x10\x02\x12\n\n\x06\x43LOSED\x10\x03\"8\n\nDigestType\x12\t\n\x05\x43RC32\x10\x01\x12\x08\n\x04HMAC\x10\x02\x12\n\n\x06\x43RC32C\x10\x03\x12\t\n\x05\x44UMMY\x10\x04\"q\n\x0c\x43ookieFormat\x12\x12\n\nbookieHost\x18\x01 \x02(\t\x12\x12\n\njournalDir\x18\x02 \x02(\t\x12\x12\n\nledgerDirs\x18\x03 \x02(\t\x12\x12\n\ninstanceId\x18\x04 \x01(\t\x12\x11\n\tindexDirs\x18\x05 \x01(\t\"\xca\x02\n\x17\x42ookieServiceInfoFormat\x12\x45\n\tendpoints\x18\x06 \x03(\x0b\x32\x32.bookkeeper.proto.BookieServiceInfoFormat.Endpoint\x12M\n\nproperties\x18\x07 \x03(\x0b\x32\x39.bookkeeper.proto.BookieServiceInfoFormat.PropertiesEntry\x1a\x66\n\x08\x45ndpoint\x12\n\n\x02id\x18\x01 \x02(\t\x12\x0c\n\x04port\x18\x02 \x02(\x05\x12\x0c\n\x04host\x18\x03 \x02(\t\x12\x10\n\x08protocol\x18\x04 \x02(\t\x12\x0c\n\x04\x61uth\x18\x05 \x03(\t\x12\x12\n\nextensions\x18\x06 \x03(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!bookiesim/proto/DataFormats.proto\x12\x10\x62ookkeeper.proto\"\x9e\x05\n\x14LedgerMetadataFormat\x12\x12\n\nquorumSize\x18\x01 \x02(\x05\x12\x14\n\x0c\x65nsembleSize\x18\x02 \x02(\x05\x12\x0e\n\x06length\x18\x03 \x02(\x03\x12\x13\n\x0blastEntryId\x18\x04 \x01(\x03\x12\x41\n\x05state\x18\x05 \x02(\x0e\x32,.bookkeeper.proto.LedgerMetadataFormat.State:\x04OPEN\x12?\n\x07segment\x18\x06 \x03(\x0b\x32..bookkeeper.proto.LedgerMetadataFormat.Segment\x12\x45\n\ndigestType\x18\x07 \x01(\x0e\x32\x31.bookkeeper.proto.LedgerMetadataFormat.DigestType\x12\x10\n\x08password\x18\x08 \x01(\x0c\x12\x15\n\rackQuorumSize\x18\t \x01(\x05\x12\r\n\x05\x63time\x18\n \x01(\x03\x12P\n\x0e\x63ustomMetadata\x18\x0b \x03(\x0b\x32\x38.bookkeeper.proto.LedgerMetadataFormat.cMetadataMapEntry\x12\x0e\n\x06\x63Token\x18\x0c \x01(\x03\x1a\x37\n\x07Segment\x12\x16\n\x0e\x65nsembleMember\x18\x01 \x03(\t\x12\x14\n\x0c\x66irstEntryId\x18\x02 \x02(\x03\x1a/\n\x11\x63MetadataMapEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\".\n\x05State\x12\x08\n\x04OPEN\x10\x01\x12\x0f\n\x0bIN_RECOVERY\x10\x02\x12\n\n\x06\x43LOSED\x10\x03\"8\n\nDigestType\x12\t\n\x05\x43RC32\x10\x01\x12\x08\n\x04HMAC\x10\x02\x12\n\n\x06\x43RC32C\x10\x03\x12\t\n\x05\x44UMMY\x10\x04\"@\n\x1fLedgerRereplicationLayoutFormat\x12\x0c\n\x04type\x18\x01 \x02(\t\x12\x0f\n\x07version\x18\x02 \x02(\x05\"=\n\x1bUnderreplicatedLedgerFormat\x12\x0f\n\x07replica\x18\x01 \x03(\t\x12\r\n\x05\x63time\x18\x02 \x01(\x03\"\"\n\x0eLockDataFormat\x12\x10\n\x08\x62ookieId\x18\x01 \x01(\t\"%\n\x11\x41uditorVoteFormat\x12\x10\n\x08\x62ookieId\x18\x01 \x01(\t\"5\n\x15\x43heckAllLedgersFormat\x12\x1c\n\x14\x63heckAllLedgersCTime\x18\x01 \x01(\x03\"q\n\x0c\x43ookieFormat\x12\x12\n\nbookieHost\x18\x01 \x02(\t\x12\x12\n\njournalDir\x18\x02 \x02(\t\x12\x12\n\nledgerDirs\x18\x03 \x02(\t\x12\x12\n\ninstanceId\x18\x04 \x01(\t\x12\x11\n\tindexDirs\x18\x05 \x01(\t\"\xca\x02\n\x17\x42ookieServiceInfoFormat\x12\x45\n\tendpoints\x18\x06 \x03(\x0b\x32\x32.bookkeeper.proto.BookieServiceInfoFormat.Endpoint\x12M\n\nproperties\x18\x07 \x03(\x0b\x32\x39.bookkeeper.proto.BookieServiceInfoFormat.PropertiesEntry\x1a\x66\n\x08\x45ndpoint\x12\n\n\x02id\x18\x01 \x02(\t\x12\x0c\n\x04port\x18\x02 \x02(\x05\x12\x0c\n\x04host\x18\x03 \x02(\t\x12\x10\n\x08protocol\x18\x04 \x02(\t\x12\x0c\n\x04\x61uth\x18\x05 \x03(\t\x12\x12\n\nextensions\x18\x06 \x03(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,12 +43,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEDGERMETADATAFORMAT_STATE']._serialized_end=668
   _globals['_LEDGERMETADATAFORMAT_DIGESTTYPE']._serialized_start=670
   _globals['_LEDGERMETADATAFORMAT_DIGESTTYPE']._serialized_end=726
-  _globals['_COOKIEFORMAT']._serialized_start=728
-  _globals['_COOKIEFORMAT']._serialized_end=841
-  _globals['_BOOKIESERVICEINFOFORMAT']._serialized_start=844
-  _globals['_BOOKIESERVICEINFOFORMAT']._serialized_end=1174
-  _globals['_BOOKIESERVICEINFOFORMAT_ENDPOINT']._serialized_start=1021
-  _globals['_BOOKIESERVICEINFOFORMAT_ENDPOINT']._serialized_end=1123
-  _globals['_BOOKIESERVICEINFOFORMAT_PROPERTIESENTRY']._serialized_start=1125
-  _globals['_BOOKIESERVICEINFOFORMAT_PROPERTIESENTRY']._serialized_end=1174
+  _globals['_LEDGERREREPLICATIONLAYOUTFORMAT']._serialized_start=728
+  _globals['_LEDGERREREPLICATIONLAYOUTFORMAT']._serialized_end=792
+  _globals['_UNDERREPLICATEDLEDGERFORMAT']._serialized_start=794
+  _globals['_UNDERREPLICATEDLEDGERFORMAT']._serialized_end=855
+  _globals['_LOCKDATAFORMAT']._serialized_start=857
+  _globals['_LOCKDATAFORMAT']._serialized_end=891
+  _globals['_AUDITORVOTEFORMAT']._serialized_start=893
+  _globals['_AUDITORVOTEFORMAT']._serialized_end=930
+  _globals['_CHECKALLLEDGERSFORMAT']._serialized_start=932
+  _globals['_CHECKALLLEDGERSFORMAT']._serialized_end=985
+  _globals['_COOKIEFORMAT']._serialized_start=987
+  _globals['_COOKIEFORMAT']._serialized_end=1100
+  _globals['_BOOKIESERVICEINFOFORMAT']._serialized_start=1103
+  _globals['_BOOKIESERVICEINFOFORMAT']._serialized_end=1433
+  _globals['_BOOKIESERVICEINFOFORMAT_ENDPOINT']._serialized_start=1280
+  _globals['_BOOKIESERVICEINFOFORMAT_ENDPOINT']._serialized_end=1382
+  _globals['_BOOKIESERVICEINFOFORMAT_PROPERTIESENTRY']._serialized_start=1384
+  _globals['_BOOKIESERVICEINFOFORMAT_PROPERTIESENTRY']._serialized_end=1433
 # @@protoc_insertion_point(module_scope)

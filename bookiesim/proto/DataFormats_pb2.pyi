@@ -3,7 +3,8 @@
 isort:skip_file
 Ledger metadata, cookies and bookie registrations as upstream stores them (bookkeeper-proto
 DataFormats.proto: LedgerMetadataFormat, reference sheet section 1.8; CookieFormat;
-BookieServiceInfoFormat). Only the messages bookiesim uses, with upstream's field numbers.
+BookieServiceInfoFormat; the auto-recovery records under <ledgersRoot>/underreplication).
+Only the messages bookiesim uses, with upstream's field numbers.
 """
 
 from collections import abc as _abc
@@ -148,6 +149,114 @@ class LedgerMetadataFormat(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LedgerMetadataFormat: _TypeAlias = LedgerMetadataFormat  # noqa: Y015
+
+@_typing.final
+class LedgerRereplicationLayoutFormat(_message.Message):
+    """The auto-recovery records under <ledgersRoot>/underreplication, which upstream writes in
+    protobuf TEXT format (metadata/underreplication_format.py): the layout of the tree, one
+    under-replicated ledger's mark, a ledger lock's and an auditor vote's owner, and when the
+    auditor last checked all ledgers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        type: _builtins.str | None = ...,
+        version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["type", b"type", "version", b"version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LedgerRereplicationLayoutFormat: _TypeAlias = LedgerRereplicationLayoutFormat  # noqa: Y015
+
+@_typing.final
+class UnderreplicatedLedgerFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_FIELD_NUMBER: _builtins.int
+    CTIME_FIELD_NUMBER: _builtins.int
+    ctime: _builtins.int
+    @_builtins.property
+    def replica(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        replica: _abc.Iterable[_builtins.str] | None = ...,
+        ctime: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ctime", b"ctime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ctime", b"ctime", "replica", b"replica"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnderreplicatedLedgerFormat: _TypeAlias = UnderreplicatedLedgerFormat  # noqa: Y015
+
+@_typing.final
+class LockDataFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKIEID_FIELD_NUMBER: _builtins.int
+    bookieId: _builtins.str
+    def __init__(
+        self,
+        *,
+        bookieId: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LockDataFormat: _TypeAlias = LockDataFormat  # noqa: Y015
+
+@_typing.final
+class AuditorVoteFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOOKIEID_FIELD_NUMBER: _builtins.int
+    bookieId: _builtins.str
+    def __init__(
+        self,
+        *,
+        bookieId: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookieId", b"bookieId"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditorVoteFormat: _TypeAlias = AuditorVoteFormat  # noqa: Y015
+
+@_typing.final
+class CheckAllLedgersFormat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKALLLEDGERSCTIME_FIELD_NUMBER: _builtins.int
+    checkAllLedgersCTime: _builtins.int
+    def __init__(
+        self,
+        *,
+        checkAllLedgersCTime: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkAllLedgersCTime", b"checkAllLedgersCTime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkAllLedgersCTime", b"checkAllLedgersCTime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckAllLedgersFormat: _TypeAlias = CheckAllLedgersFormat  # noqa: Y015
 
 @_typing.final
 class CookieFormat(_message.Message):
