@@ -47,6 +47,23 @@ def test_write_close_uses_extension_numbers() -> None:
     assert bk.Request.FromString(data).writeCloseRequest.ledgerId == 9
 
 
+def test_write_close_reason_is_optional_field_3() -> None:
+    # The old form (no reason) keeps its bytes, so bookies and clients from before the field
+    # exchange the same frames; a reason is one varint field 3 that an older parser skips.
+    old = bk.WriteCloseRequest(ledgerId=9, masterKey=b"k")
+    assert old.SerializeToString() == bytes.fromhex("080912016b")
+    assert bk.WriteCloseRequest.FromString(old.SerializeToString()).reason == (
+        bk.WriteCloseRequest.WRITER_CLOSED
+    )
+    replication = bk.WriteCloseRequest(
+        ledgerId=9, masterKey=b"k", reason=bk.WriteCloseRequest.REPLICATION
+    )
+    data = replication.SerializeToString()
+    assert data == old.SerializeToString() + bytes.fromhex("1801")
+    parsed = bk.WriteCloseRequest.FromString(data)
+    assert parsed.reason == bk.WriteCloseRequest.REPLICATION
+
+
 def test_add_request_without_flag_is_not_recovery() -> None:
     # proto2 pitfall: an unset optional enum reads as its first value (RECOVERY_ADD).
     add = bk.AddRequest(ledgerId=1, entryId=0, masterKey=b"", body=b"")

@@ -399,15 +399,22 @@ class Bookie:
         self.handles.get_read_only_handle(ledger_id)
         self.journal.log([], done)
 
-    def write_close(self, ledger_id: int, master_key: bytes) -> str:
-        """BP-32: the writer is done; rotate the ledger's log now, flush it at the next
-        checkpoint. Returns the outcome label used by the metrics."""
+    def write_close(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        reason: RotationReason = RotationReason.WRITE_CLOSE,
+    ) -> str:
+        """BP-32: writing the ledger is over here; rotate its log now, flush it at the next
+        checkpoint. ``reason`` is WRITE_CLOSE when the writer closed it, REPLICATION when a
+        replication worker has finished copying a fragment to this bookie. Returns the
+        outcome label used by the metrics."""
         if not self.storage.ledger_exists(ledger_id):
             raise NoLedgerError(ledger_id)
         self.handles.get_read_only_handle(ledger_id).check_key(master_key)
         # Whether write-close rotates at all (not with upstream behaviour, not in single-log
         # mode) is the entry logger's rotation policy's to say.
-        rotated = self.storage.rotate_ledger_log(ledger_id, RotationReason.WRITE_CLOSE)
+        rotated = self.storage.rotate_ledger_log(ledger_id, reason)
         return "rotated" if rotated else "no_active_log"
 
     def entry_ids(self, ledger_id: int) -> list[int]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
 from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
 from bookiesim.bookie.ledger_storage import entry_header
+from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import encode_frame
@@ -350,8 +351,14 @@ class RequestProcessor:
     def _write_close(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
         self._require(request, "writeCloseRequest")
         wc = request.writeCloseRequest
+        # proto2 parses a reason this bookie does not know as absent (the writer closed).
+        reason = (
+            RotationReason.REPLICATION
+            if wc.reason == pb.WriteCloseRequest.REPLICATION
+            else RotationReason.WRITE_CLOSE
+        )
         try:
-            outcome = self.bookie.write_close(wc.ledgerId, wc.masterKey)
+            outcome = self.bookie.write_close(wc.ledgerId, wc.masterKey, reason)
         except BookieError as exc:
             label = {pb.ENOLEDGER: "unknown_ledger", pb.EUA: "bad_key"}.get(exc.status, "error")
             self.metrics.write_close(label)

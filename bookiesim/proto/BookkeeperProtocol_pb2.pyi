@@ -456,23 +456,43 @@ Global___GetListOfEntriesOfLedgerRequest: _TypeAlias = GetListOfEntriesOfLedgerR
 
 @_typing.final
 class WriteCloseRequest(_message.Message):
-    """BP-32: the writer is done with this ledger; the bookie may rotate its entry log."""
+    """BP-32: writing this ledger is over on this bookie; the bookie may rotate its entry log.
+    `reason` says who learnt it: absent (what clients and bookies before it send and expect)
+    means the writer closed the ledger; REPLICATION is sent by a replication worker to the bookie
+    that received a fragment's copy, so its rotation is counted as such.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    class _Reason:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[WriteCloseRequest._Reason.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        WRITER_CLOSED: WriteCloseRequest._Reason.ValueType  # 0
+        REPLICATION: WriteCloseRequest._Reason.ValueType  # 1
+
+    class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper): ...
+    WRITER_CLOSED: WriteCloseRequest.Reason.ValueType  # 0
+    REPLICATION: WriteCloseRequest.Reason.ValueType  # 1
+
     LEDGERID_FIELD_NUMBER: _builtins.int
     MASTERKEY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     ledgerId: _builtins.int
     masterKey: _builtins.bytes
+    reason: Global___WriteCloseRequest.Reason.ValueType
     def __init__(
         self,
         *,
         ledgerId: _builtins.int | None = ...,
         masterKey: _builtins.bytes | None = ...,
+        reason: Global___WriteCloseRequest.Reason.ValueType | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ledgerId", b"ledgerId", "masterKey", b"masterKey"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ledgerId", b"ledgerId", "masterKey", b"masterKey", "reason", b"reason"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ledgerId", b"ledgerId", "masterKey", b"masterKey"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ledgerId", b"ledgerId", "masterKey", b"masterKey", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

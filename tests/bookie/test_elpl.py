@@ -11,6 +11,7 @@ import trio.testing
 
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.entrylog.logger import RotationReason
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,3 +90,32 @@ async def test_metrics_show_rotations_and_pointer(tmp_path: Path) -> None:
         pointer = svc.bookie.storage.entry_logger.least_unflushed_log_id
         assert f"bookie_entrylog_least_unflushed_log_id {float(pointer)}" in text
         assert 'bookie_requests_total{operation="add_entry",status="EOK"} 1.0' in text
+
+
+async def test_write_close_for_replication_rotates_with_reason_replication(tmp_path: Path) -> None:
+    """A replication worker's WriteClose (reason REPLICATION) is counted as a `replication`
+    rotation; one without a reason (every client before the field existed) stays
+    `write_close`. Both are sealed at the next checkpoint."""
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        logger = svc.bookie.storage.entry_logger
+        for ledger_id in (1, 2):
+            await c.add(ledger_id, 0, b"a")
+        logs = logger.active_logs()
+        replication = pb.WriteCloseRequest(
+            ledgerId=1, masterKey=c.key, reason=pb.WriteCloseRequest.REPLICATION
+        )
+        r = await c.conn.call(c.request(pb.WRITE_CLOSE, writeCloseRequest=replication))
+        assert r.status == pb.EOK
+        old_form = pb.WriteCloseRequest(ledgerId=2, masterKey=c.key)
+        assert not old_form.HasField("reason")
+        r = await c.conn.call(c.request(pb.WRITE_CLOSE, writeCloseRequest=old_form))
+        assert r.status == pb.EOK
+        assert logger.rotations[RotationReason.REPLICATION] == 1
+        assert logger.rotations[RotationReason.WRITE_CLOSE] == 1
+        await svc.bookie.checkpoint()
+        assert logger.is_flushed_log_id(logs[1])
+        assert logger.is_flushed_log_id(logs[2])
+        text = svc.metrics.render()[0].decode()
+        assert 'bookie_entrylog_rotations_total{reason="replication"} 1.0' in text
+        assert 'bookie_entrylog_rotations_total{reason="write_close"} 1.0' in text
+        assert 'bookie_write_close_requests_total{outcome="rotated"} 2.0' in text
