@@ -8,6 +8,16 @@ Start-up order, as upstream's: with a ``metadataServiceUri`` the store session i
 first and the cluster's identity ensured (``LAYOUT``, ``INSTANCEID``); then the cookies are
 checked and stamped (:mod:`.cookie_check`), and only then does the ledger storage open, the
 journal replay, the server listen and the bookie register, on that one session.
+
+Companions: a bookie process may run other services beside the bookie, as upstream's
+``BookieServer`` runs ``AutoRecoveryMain`` when ``autoRecoveryDaemonEnabled`` is set. This
+layer knows them only as :class:`Companion`: each is started once the bookie serves and is
+registered (so whatever it does sees this bookie live), before the process announces itself
+(so its admin routes answer from the first request), and gets a :class:`CompanionContext`:
+the store session, the bookie's id, its configuration, the admin router and the metrics
+registry behind ``/metrics``. The command line chooses them; the bookie never imports them.
+A companion that fails stops the bookie, as upstream's death watcher stops a bookie whose
+embedded auto-recovery died.
 """
 
 from __future__ import annotations
@@ -19,7 +29,8 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -45,6 +56,10 @@ from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE, BookieInfo, register_bookie
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from prometheus_client import CollectorRegistry
+
     from bookiesim.bookie.config import BookieConfig
     from bookiesim.metadata.store import MetadataStore
 
@@ -64,13 +79,46 @@ class BookieAddress:
         return f"{self.host}:{self.bookie_port}"
 
 
+@dataclass(frozen=True)
+class CompanionContext:
+    """What a :class:`Companion` gets from the bookie process it runs in."""
+
+    store: MetadataStore
+    """The bookie's own metadata session (its registration lives on it)."""
+    bookie_id: str
+    cfg: BookieConfig
+    router: AdminRouter
+    """The bookie's admin HTTP routes; a companion may add its own."""
+    registry: CollectorRegistry
+    """The registry ``/metrics`` renders; a companion may register its metrics in it."""
+
+
+class Companion(Protocol):
+    """A service run beside the bookie in its process (see the module docstring)."""
+
+    @property
+    def name(self) -> str:
+        """For log lines and errors."""
+        ...
+
+    async def serve(self, context: CompanionContext, *, task_status: trio.TaskStatus[None]) -> None:
+        """Start (``task_status.started()`` once its routes are added and it runs), then run
+        until cancelled."""
+        ...
+
+
 class BookieService:
     """A bookie with its servers; :meth:`run` checks the cookies, then serves until
     cancelled. :attr:`bookie`, :attr:`processor` and :attr:`server` exist once the cookies
-    are checked (the storage must not open before)."""
+    are checked (the storage must not open before). ``companions`` run beside it once it is
+    registered (they need a ``metadataServiceUri``)."""
 
-    def __init__(self, cfg: BookieConfig) -> None:
+    def __init__(self, cfg: BookieConfig, companions: Sequence[Companion] = ()) -> None:
+        if companions and not cfg.metadata_service_uri:
+            names = ", ".join(c.name for c in companions)
+            raise ValueError(f"{names} needs a metadata store: set metadataServiceUri")
         self.cfg = cfg
+        self.companions = tuple(companions)
         self.metrics = BookieMetrics()
         self._bookie: Bookie | None = None
         self._server: BookieServer | None = None
@@ -167,13 +215,29 @@ class BookieService:
             bookie_port = await nursery.start(
                 self.server.serve, cfg.bookie_address, cfg.bookie_port
             )
+            router = self.admin_router()
             http_port = await nursery.start(
-                serve_admin, self.admin_router(), cfg.http_server_host, cfg.http_server_port
+                serve_admin, router, cfg.http_server_host, cfg.http_server_port
             )
             self.address = BookieAddress(cfg.bookie_address, bookie_port, http_port)
             if store is not None:
                 await nursery.start(self._stay_registered, store, self.address)
+                context = CompanionContext(
+                    store, self.address.bookie_id, cfg, router, self.metrics.registry
+                )
+                for companion in self.companions:
+                    await nursery.start(self._run_companion, companion, context)
             task_status.started(self.address)
+
+    @staticmethod
+    async def _run_companion(
+        companion: Companion,
+        context: CompanionContext,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        log.info("starting %s beside bookie %s", companion.name, context.bookie_id)
+        await companion.serve(context, task_status=task_status)
 
     async def _stay_registered(
         self,
@@ -214,11 +278,13 @@ async def run_until_signalled(
     cfg: BookieConfig,
     *,
     announce: bool = True,
+    companions: Sequence[Companion] = (),
     task_status: trio.TaskStatus[BookieService] = trio.TASK_STATUS_IGNORED,
 ) -> list[str]:
-    """Serve until SIGINT or SIGTERM, then stop (final checkpoint). Returns the disk errors
-    the stop logged (:attr:`Bookie.shutdown_errors`): empty when it was clean."""
-    service = BookieService(cfg)
+    """Serve (with ``companions`` beside the bookie) until SIGINT or SIGTERM, then stop
+    (final checkpoint). Returns the disk errors the stop logged
+    (:attr:`Bookie.shutdown_errors`): empty when it was clean."""
+    service = BookieService(cfg, companions)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             address = await nursery.start(service.run)
@@ -270,7 +336,7 @@ def _cookie_errors(exc: BaseException) -> list[CookieError]:
 GIL_SWITCH_INTERVAL = 0.0005
 
 
-def main_sync(cfg: BookieConfig) -> int:
+def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
@@ -278,7 +344,7 @@ def main_sync(cfg: BookieConfig) -> int:
     )
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
-        errors = trio.run(run_until_signalled, cfg)
+        errors = trio.run(partial(run_until_signalled, cfg, companions=companions))
     except BaseException as exc:
         refused = _cookie_errors(exc)
         if not refused:
