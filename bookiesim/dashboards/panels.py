@@ -347,12 +347,86 @@ GARBAGE_COLLECTION = Row(
     ),
 )
 
-# The two rows no BookKeeper dashboard has come right after the bookies: they are what this
-# project is about.
+AUTO_RECOVERY = Row(
+    "Auto-recovery",
+    (
+        Panel(
+            "Under-replicated ledgers",
+            "short",
+            (Target("max(autorecovery_under_replicated_ledgers{S}) or vector(0)", "marked"),),
+            "Ledgers marked in the store, as the elected auditor counts them (0 elsewhere).",
+            stat=True,
+        ),
+        Panel(
+            "Auditor",
+            "short",
+            (Target("max by (instance) (autorecovery_is_auditor{S})", "{{instance}}"),),
+            "1 on the elected auditor; `bookiesim shell whoisauditor` asks the store.",
+        ),
+        Panel(
+            "Under-replicated ledgers over time",
+            "short",
+            (Target("max(autorecovery_under_replicated_ledgers{S})", "marked"),),
+        ),
+        Panel(
+            "Fragments re-replicated by outcome",
+            "ops",
+            (
+                Target(
+                    _rate("autorecovery_fragments_replicated_total", window="5m", by="outcome"),
+                    "{{outcome}}",
+                ),
+            ),
+        ),
+        Panel(
+            "Bytes re-replicated",
+            "Bps",
+            (Target(_rate("autorecovery_replicated_bytes_total", window="5m"), "{{instance}}"),),
+            "Written to replacement bookies by each worker.",
+        ),
+        Panel(
+            "Time from bookie loss to full replication",
+            "s",
+            (
+                Target(
+                    _quantile(0.5, "autorecovery_loss_heal_duration_seconds", window="1h"),
+                    "p50",
+                ),
+                Target(
+                    _quantile(0.99, "autorecovery_loss_heal_duration_seconds", window="1h"),
+                    "p99",
+                ),
+            ),
+            "From the auditor seeing a bookie go to no mark naming it; lostBookieRecoveryDelay "
+            "included.",
+        ),
+        Panel(
+            "Write-close after replication by outcome",
+            "ops",
+            (
+                Target(
+                    _rate(
+                        "autorecovery_write_close_after_replication_total",
+                        window="5m",
+                        by="outcome",
+                    ),
+                    "{{outcome}}",
+                ),
+            ),
+            "BP-32's third case: the bookie that received a copy seals the ledger's log "
+            "(reason replication); skipped where it does not advertise writeClose.",
+        ),
+    ),
+)
+
+# The rows this project is about come right after the bookies: entry log per ledger and GC
+# (no BookKeeper dashboard has them), then auto-recovery, whose write-close after replication
+# (BP-32's third case) seals the receiving bookies' logs.
 ROWS: tuple[Row, ...] = (
     BOOKIES,
     ENTRY_LOG_PER_LEDGER,
     GARBAGE_COLLECTION,
+    AUTO_RECOVERY,
     REQUESTS,
     JOURNAL,
     LEDGERS,

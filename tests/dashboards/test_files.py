@@ -15,6 +15,7 @@ from bookiesim.dashboards.panels import ROWS, all_expressions
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS_DOC = (REPO / "docs" / "metrics.md").read_text()
+AUTORECOVERY_METRICS_DOC = REPO / "docs" / "autorecovery-metrics.md"
 
 
 def test_committed_files_are_what_the_panels_render(tmp_path: Path) -> None:
@@ -55,3 +56,14 @@ def test_every_metric_the_dashboards_use_is_documented() -> None:
         used |= {re.sub(r"_(bucket|sum|count)$", "", m) for m in re.findall(r"bookie_\w+", expr)}
     undocumented = {m for m in used if f"`{m}`" not in METRICS_DOC}
     assert not undocumented
+
+
+def test_every_auto_recovery_metric_the_dashboards_use_is_documented() -> None:
+    used = set()
+    for _, _, expr in all_expressions():
+        used |= {
+            re.sub(r"_(bucket|sum|count)$", "", m) for m in re.findall(r"autorecovery_\w+", expr)
+        }
+    assert used, "the auto-recovery row uses no autorecovery_* metric"
+    documented = AUTORECOVERY_METRICS_DOC.read_text()
+    assert not {m for m in used if f"`{m}`" not in documented}
