@@ -74,6 +74,7 @@ _GC: Final = "Garbage collection and compaction"
 _JOURNAL: Final = "Journal"
 _INDEX: Final = "Index"
 _DISKS: Final = "Disks"
+_AUTORECOVERY: Final = "Auto-recovery"
 _COMPAT: Final = "Compatibility"
 
 
@@ -641,6 +642,89 @@ class BookieConfig:
         unit="ms",
         minimum=1,
         meaning="Period of the disk usage check.",
+    )
+
+    # --- Auto-recovery -------------------------------------------------------------------
+    auto_recovery_daemon_enabled: bool = _key(
+        _AUTORECOVERY,
+        "autoRecoveryDaemonEnabled",
+        False,
+        meaning="Run auto-recovery (the auditor election and a replication worker) inside "
+        "the bookie process; otherwise run it alone with `bookiesim autorecovery`.",
+    )
+    lost_bookie_recovery_delay: int = _key(
+        _AUTORECOVERY,
+        "lostBookieRecoveryDelay",
+        0,
+        unit="s",
+        minimum=0,
+        meaning="How long the auditor waits after a bookie disappears before marking its "
+        "ledgers under-replicated; a bookie back within the delay is not marked. Once "
+        "set in the store (`lostbookierecoverydelay`), the store's value wins.",
+    )
+    auditor_periodic_check_interval: int = _key(
+        _AUTORECOVERY,
+        "auditorPeriodicCheckInterval",
+        604800,
+        unit="s",
+        minimum=0,
+        meaning="Period of the auditor's check of all ledgers, which reads entries from "
+        "each fragment's bookies and marks ledgers with missing entries; 0 = off.",
+    )
+    auditor_periodic_bookie_check_interval: int = _key(
+        _AUTORECOVERY,
+        "auditorPeriodicBookieCheckInterval",
+        86400,
+        unit="s",
+        minimum=0,
+        meaning="Period of the auditor's bookie check, which marks every ledger with a "
+        "fragment on a bookie that is not registered (a bookie loss runs it at once); "
+        "0 = off.",
+    )
+    auditor_ledger_verification_percentage: int = _key(
+        _AUTORECOVERY,
+        "auditorLedgerVerificationPercentage",
+        0,
+        minimum=0,
+        maximum=100,
+        meaning="Percentage of each fragment's entries the check of all ledgers reads on every "
+        "bookie that should hold them; 0 = only the first and last.",
+    )
+    rereplication_entry_batch_size: int = _key(
+        _AUTORECOVERY,
+        "rereplicationEntryBatchSize",
+        10,
+        unit="entries",
+        minimum=1,
+        meaning="Entries a replication worker copies at a time (read from the surviving "
+        "bookies, then added to the new one).",
+    )
+    open_ledger_rereplication_grace_period: int = _key(
+        _AUTORECOVERY,
+        "openLedgerRereplicationGracePeriod",
+        30000,
+        unit="ms",
+        minimum=0,
+        meaning="How long a replication worker leaves an open ledger's last fragment to its "
+        "writer (which may replace the bookie itself) before recovering the ledger.",
+    )
+    lock_release_of_failed_ledger_grace_period: int = _key(
+        _AUTORECOVERY,
+        "lockReleaseOfFailedLedgerGracePeriod",
+        300000,
+        unit="ms",
+        minimum=0,
+        meaning="Longest a replication worker keeps the lock of a ledger it failed to "
+        "replicate (backing off exponentially up to it), so that others try it later.",
+    )
+    rw_rereplicate_backoff_ms: int = _key(
+        _AUTORECOVERY,
+        "rwRereplicateBackoffMs",
+        5000,
+        unit="ms",
+        minimum=0,
+        meaning="Pause of a replication worker after an error on a ledger before it takes "
+        "the next one.",
     )
 
     # --- Compatibility -------------------------------------------------------------------

@@ -91,6 +91,15 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "diskUsageThreshold": 0.95,
     "diskUsageWarnThreshold": 0.90,
     "diskCheckInterval": 10000,
+    "autoRecoveryDaemonEnabled": False,
+    "lostBookieRecoveryDelay": 0,
+    "auditorPeriodicCheckInterval": 604800,
+    "auditorPeriodicBookieCheckInterval": 86400,
+    "auditorLedgerVerificationPercentage": 0,
+    "rereplicationEntryBatchSize": 10,
+    "openLedgerRereplicationGracePeriod": 30000,
+    "lockReleaseOfFailedLedgerGracePeriod": 300000,
+    "rwRereplicateBackoffMs": 5000,
 }
 
 # Keys whose default we changed on purpose: key -> (ours, upstream's).
