@@ -11,7 +11,9 @@ FILE: offset N: what is wrong``, and exit code 2 (rows already printed stay prin
 
 One module per group of commands: ``entry_logs`` (readlog), ``journal_files`` (readjournal,
 readindex, lastmark), ``gc_admin`` (gc), ``mlinfo`` and ``cookies`` (which read or write the
-metadata store); ``common`` is what they share.
+metadata store), ``autorecovery`` (listunderreplicated, whoisauditor, triggeraudit,
+lostbookierecoverydelay, autorecovery) and ``recovery`` (recover, decommissionbookie), which
+act on a cluster's auto-recovery as upstream's shell does; ``common`` is what they share.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from bookiesim.cli.shell import entry_logs, gc_admin, journal_files
+from bookiesim.cli.shell.autorecovery import register_autorecovery_commands
 from bookiesim.cli.shell.common import COMMON_JSON, Command, runner
 from bookiesim.cli.shell.cookies import register_cookie_commands
 from bookiesim.cli.shell.mlinfo import register_mlinfo
@@ -29,7 +32,7 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     shell = subparsers.add_parser(
         "shell",
-        help="inspect entry logs, journals, index files and lastMark",
+        help="inspect entry logs, journals, index files and lastMark; auto-recovery by hand",
         description="Inspect a bookie's files (ours or upstream's: the formats are the same). "
         "Exit code 2 and one line on stderr when a file is missing or not what it claims.",
     )
@@ -91,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     register_mlinfo(commands)
     register_cookie_commands(commands)
+    register_autorecovery_commands(commands)
 
     gc = commands.add_parser(
         "gc",
