@@ -1,0 +1,358 @@
+"""Under-replicated ledgers, their locks, the enable flag and the auditor election, in the store.
+
+Theory of operation
+-------------------
+Auto-recovery is two roles sharing state through the metadata store, as upstream's
+``ZkLedgerUnderreplicationManager`` and ``ZkLedgerAuditorManager`` have them (the records and
+paths are in :mod:`.underreplication_format`):
+
+* The **auditor** (one at a time) *marks* a ledger under-replicated when some of its
+  bookies are lost: a persistent node per ledger naming the missing replicas and when it was
+  marked. Marking a ledger that is already marked merges the new replicas into the mark by
+  compare-and-set; when a replica is added the mark time becomes now (upstream's
+  ``storeSystemTimeAsLedgerUnderreplicatedMarkTime``, on by default), when none is the mark
+  is left alone.
+* **Workers** take a mark under its **lock**: an *ephemeral* node of the worker's store
+  session, so a worker that dies or stalls past its session timeout leaves the mark to
+  another. The lock remembers the mark's version when it was taken. When the ledger is
+  replicated, :meth:`UnderReplicationManager.mark_replicated` deletes the mark *only at that
+  version*: if the auditor re-marked the ledger meanwhile (another bookie lost) the mark
+  stays, so the ledger is looked at again. Then the mark's now empty parent directories are
+  pruned, and the lock released.
+
+The rest — the layout, the ``disable`` flag, ``lostBookieRecoveryDelay``, the auditor
+election, the time of the last check of all ledgers — is the base class's, in
+:mod:`.underreplication_control`.
+
+Nothing is kept in memory between calls but a view of the marks and locks last scanned, which
+:meth:`UnderReplicationManager.wait_for_marks` compares with to close the race between a scan
+that found nothing and the wait that follows it. A :class:`LedgerLock` is a token: it names
+the ledger, the mark version seen, and which owner and session took it, so releasing a lock
+that expired and was taken by someone else leaves theirs in place.
+
+Works on every :class:`~.store.MetadataStore`; every write first makes sure the layout exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from bookiesim.metadata.errors import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from bookiesim.metadata.store import MetadataStore, join_path, parent_path
+from bookiesim.metadata.underreplication_control import (
+    IncompatibleLayoutError,
+    UnderReplicationControl,
+)
+from bookiesim.metadata.underreplication_format import (
+    MARK_DEPTH,
+    UnderReplicationFormatError,
+    decode_check_all_ledgers_ctime,
+    decode_layout,
+    decode_lock,
+    decode_mark,
+    decode_recovery_delay,
+    decode_vote,
+    encode_check_all_ledgers_ctime,
+    encode_layout,
+    encode_lock,
+    encode_mark,
+    encode_recovery_delay,
+    encode_vote,
+    ledger_id_of_mark,
+    lock_name,
+    lock_path,
+    mark_path,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable
+
+__all__ = [
+    "IncompatibleLayoutError",
+    "LedgerLock",
+    "UnderReplicatedLedger",
+    "UnderReplicationControl",
+    "UnderReplicationFormatError",
+    "UnderReplicationManager",
+    "decode_check_all_ledgers_ctime",
+    "decode_layout",
+    "decode_lock",
+    "decode_mark",
+    "decode_recovery_delay",
+    "decode_vote",
+    "encode_check_all_ledgers_ctime",
+    "encode_layout",
+    "encode_lock",
+    "encode_mark",
+    "encode_recovery_delay",
+    "encode_vote",
+    "lock_path",
+    "mark_path",
+]
+
+
+@dataclass(frozen=True)
+class UnderReplicatedLedger:
+    """One mark: the ledger, its missing replicas (bookie ids) and when it was marked (ms
+    since the epoch; None when the marker did not say)."""
+
+    ledger_id: int
+    replicas: tuple[str, ...]
+    ctime_ms: int | None
+
+
+@dataclass(frozen=True)
+class LedgerLock:
+    """A held lock on a ledger's mark (see the module docstring)."""
+
+    ledger_id: int
+    mark_version: int
+    """The mark's version when the lock was taken: only that version is deleted."""
+    owner: str = ""
+    session_id: int = 0
+    """The store session whose ephemeral node the lock is."""
+
+
+@dataclass(frozen=True)
+class _Scan:
+    marks: frozenset[int]
+    locks: frozenset[str]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class UnderReplicationManager(UnderReplicationControl):
+    """Upstream's under-replication manager (and, by its base, the auditor election) on any
+    metadata store.
+
+    ``store_mark_time`` is upstream's ``storeSystemTimeAsLedgerUnderreplicatedMarkTime``;
+    ``now_ms`` (wall-clock milliseconds) and ``rng`` (which mark a worker tries first, as
+    upstream shuffles) are there for deterministic runs.
+    """
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        root: str | None = None,
+        *,
+        store_mark_time: bool = True,
+        now_ms: Callable[[], int] = _wall_clock_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(store, root)
+        self._store_mark_time = store_mark_time
+        self._now_ms = now_ms
+        self._rng = rng or random.Random()
+        self._last_scan: _Scan | None = None
+
+    # --- marks --------------------------------------------------------------------------
+
+    async def mark_under_replicated(self, ledger_id: int, missing_replicas: Iterable[str]) -> None:
+        """Mark the ledger, or merge replicas not yet named into its mark (compare-and-set;
+        the mark time becomes now when a replica is added, if marks carry times)."""
+        missing = list(dict.fromkeys(missing_replicas))
+        path = mark_path(self._root, ledger_id)
+        await self._writable()
+        while True:
+            now = self._now_ms() if self._store_mark_time else None
+            try:
+                await self._store.create(path, encode_mark(missing, now), make_parents=True)
+                return
+            except (NodeExistsError, NoNodeError):
+                pass  # already marked; or a parent was pruned under us: look again
+            node = await self._store.get(path)
+            if node is None:
+                continue
+            replicas, ctime = decode_mark(node.value, path)
+            added = [r for r in missing if r not in replicas]
+            if not added:
+                return
+            ctime = now if self._store_mark_time else ctime
+            try:
+                await self._store.set(path, encode_mark((*replicas, *added), ctime), node.version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
+    async def get(self, ledger_id: int) -> UnderReplicatedLedger | None:
+        """The ledger's mark, or None if it is not marked."""
+        path = mark_path(self._root, ledger_id)
+        node = await self._store.get(path)
+        if node is None:
+            return None
+        replicas, ctime = decode_mark(node.value, path)
+        return UnderReplicatedLedger(ledger_id, replicas, ctime)
+
+    async def under_replicated(self) -> list[UnderReplicatedLedger]:
+        """Every mark, by ledger id."""
+        marks, _ = await self._walk()
+        self._last_scan = _Scan(frozenset(marks), frozenset(await self._lock_names()))
+        found = [m for m in [await self.get(ledger_id) for ledger_id in sorted(marks)] if m]
+        return found
+
+    async def count(self) -> int:
+        """How many ledgers are marked (without reading the marks)."""
+        marks, _ = await self._walk()
+        return len(marks)
+
+    async def _walk(self) -> tuple[list[int], list[str]]:
+        """The marked ledger ids, and the directories whose child lists a new mark changes:
+        ``ledgers/`` and the hex levels above the innermost, plus innermost directories that
+        hold no mark (only transiently: a mark being created or pruned)."""
+        marks: list[int] = []
+        dirs: list[str] = []
+        level = [self._ledgers]
+        for depth in range(MARK_DEPTH + 1):
+            below: list[str] = []
+            for path in level:
+                try:
+                    names = await self._store.children(path)
+                except NoNodeError:
+                    continue  # pruned while we walked
+                if depth < MARK_DEPTH:
+                    dirs.append(path)
+                    below.extend(join_path(path, name) for name in names)
+                    continue
+                ids = [ledger_id_of_mark(name) for name in names]
+                held = [
+                    i
+                    for i in ids
+                    if i is not None and mark_path(self._root, i).startswith(path + "/")
+                ]
+                marks.extend(held)
+                if not held:
+                    dirs.append(path)
+            level = below
+        return marks, dirs
+
+    # --- locks --------------------------------------------------------------------------
+
+    async def _lock_names(self) -> list[str]:
+        try:
+            return await self._store.children(self._locks)
+        except NoNodeError:
+            return []
+
+    async def try_lock(self, ledger_id: int, owner: str) -> LedgerLock | None:
+        """Lock the ledger's mark for ``owner``; None if another holds the lock or the ledger
+        is not marked."""
+        mark = mark_path(self._root, ledger_id)
+        if await self._store.get(mark) is None:
+            return None
+        await self._writable()
+        path = lock_path(self._root, ledger_id)
+        try:
+            await self._store.create(path, encode_lock(owner), ephemeral=True, make_parents=True)
+        except NodeExistsError:
+            return None
+        lock = LedgerLock(ledger_id, -1, owner, self._store.session_id)
+        node = await self._store.get(mark)  # read after locking: replicated meanwhile?
+        if node is None:
+            await self.release(lock)
+            return None
+        return LedgerLock(ledger_id, node.version, owner, lock.session_id)
+
+    async def lock_next(self, owner: str, *, skip: Collection[int] = ()) -> LedgerLock | None:
+        """Lock some marked ledger that nobody holds and that is not in ``skip`` (tried in
+        random order, so that workers spread); None if there is none now."""
+        marks, _ = await self._walk()
+        locks = await self._lock_names()
+        self._last_scan = _Scan(frozenset(marks), frozenset(locks))
+        held = set(locks)
+        free = [i for i in marks if i not in skip and lock_name(i) not in held]
+        self._rng.shuffle(free)
+        for ledger_id in free:
+            lock = await self.try_lock(ledger_id, owner)
+            if lock is not None:
+                return lock
+        return None
+
+    async def wait_for_marks(self) -> None:
+        """Return when marks or locks may have changed since this manager's last scan
+        (:meth:`lock_next`, :meth:`under_replicated`); at once if there was none or the
+        tree already differs. May return with nothing new: callers scan again and loop."""
+        changed = trio.Event()
+        async with trio.open_nursery() as nursery:
+            watched: set[str] = set()
+            while True:
+                marks, dirs = await self._walk()
+                new = [d for d in [*dirs, self._locks] if d not in watched]
+                if not new:
+                    break
+                for path in new:
+                    armed = trio.Event()
+                    nursery.start_soon(self._watch_once, path, armed, changed)
+                    await armed.wait()
+                    watched.add(path)
+            now = _Scan(frozenset(marks), frozenset(await self._lock_names()))
+            if self._last_scan is None or now != self._last_scan:
+                changed.set()
+            await changed.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _watch_once(self, path: str, armed: trio.Event, changed: trio.Event) -> None:
+        async with self._store.watch(path) as changes:
+            await anext(changes)  # the state now: from here on, any change is news
+            armed.set()
+            await anext(changes)
+            changed.set()
+
+    async def mark_replicated(self, lock: LedgerLock) -> bool:
+        """The ledger is replicated: delete its mark if still at the version seen when locked
+        (a re-mark since then stays, to be looked at again), prune its empty parents, and
+        release the lock. True if the mark was deleted."""
+        path = mark_path(self._root, lock.ledger_id)
+        try:
+            try:
+                await self._store.delete(path, lock.mark_version)
+            except (NoNodeError, BadVersionError):
+                return False
+            await self._prune(path)
+            return True
+        finally:
+            await self.release(lock)
+
+    async def _prune(self, path: str) -> None:
+        parent = path
+        for _ in range(MARK_DEPTH):
+            parent = parent_path(parent)
+            node = await self._store.get(parent)
+            if node is None:
+                continue
+            try:
+                await self._store.delete(parent, node.version)
+            except NoNodeError:
+                continue
+            except (NotEmptyError, BadVersionError):
+                return  # another ledger's mark lives below: the rest is not empty either
+
+    async def release(self, lock: LedgerLock) -> None:
+        """Give the lock up without touching the mark. Does nothing if the lock is no longer
+        this one (expired with its session, and maybe taken by another owner since)."""
+        path = lock_path(self._root, lock.ledger_id)
+        node = await self._store.get(path)
+        if node is None or (lock.session_id and node.ephemeral_owner != lock.session_id):
+            return
+        try:
+            if decode_lock(node.value, path) != lock.owner:
+                return
+        except UnderReplicationFormatError:
+            return  # not a lock we wrote
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            await self._store.delete(path, node.version)
+
+    async def lock_owner(self, ledger_id: int) -> str | None:
+        """Who holds the ledger's lock ("" if the lock names nobody), None if unlocked."""
+        path = lock_path(self._root, ledger_id)
+        node = await self._store.get(path)
+        if node is None:
+            return None
+        return decode_lock(node.value, path) or ""
