@@ -11,7 +11,9 @@ key has upstream (``lostBookieRecoveryDelay`` is in seconds, ``openLedgerRerepli
 in milliseconds), so the code has one unit and tests can ask for a tenth of a second where
 the file format only has whole seconds.
 
-A period of 0 turns its periodic check off, as upstream's does.
+A period of 0 turns its periodic check off, as upstream's does. The last three fields are not
+keys of any file: an experiment's switch (write-close after replication, on by default) and
+the simulator's bug switches (off).
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ class AutoRecoveryConfig:
     failed to replicate (exponential back-off up to it)."""
     rw_rereplicate_backoff: float = 5.0
     """rwRereplicateBackoffMs: a worker's pause after an error before its next ledger."""
+
+    # Not configuration keys: switches for experiments and the simulator's fault campaign.
+    write_close_after_replication: bool = True
+    """Send BP-32's WriteClose (reason replication) to the bookie that received a copy; off
+    for the ELPL experiment's comparison (outcome ``skipped``)."""
+    unsafe_swap_before_copy: bool = False
+    """Bug switch: swap the bookie in the metadata before the copy is complete (the bug the
+    simulator's replication invariant must catch)."""
+    unsafe_replication_adds_without_recovery_flag: bool = False
+    """Bug switch: copy with plain adds (no RECOVERY_ADD flag), as upstream 4.16.0-4.16.3
+    did; a target that has the ledger fenced refuses them."""
 
     def __post_init__(self) -> None:
         durations = {
