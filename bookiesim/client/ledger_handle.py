@@ -80,6 +80,16 @@ __all__ = ["AddFuture", "LedgerHandle"]
 log = logging.getLogger(__name__)
 
 
+def same_segments_to_write(current: LedgerMetadata, known: LedgerMetadata) -> bool:
+    """Whether the stored metadata still has the segments a writer knows and the last one
+    unchanged: all a writer's ensemble change or close depends on. A replication worker may
+    have replaced a lost bookie in an earlier segment meanwhile (upstream's writer accepts
+    that too); the writer then adopts the stored segments."""
+    return list(current.ensembles) == list(known.ensembles) and (
+        current.last_ensemble == known.last_ensemble
+    )
+
+
 class LedgerHandle(ReadOnlyLedgerHandle):
     """The writer of a ledger (see the module docstring for the write path).
 
@@ -403,7 +413,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             self.metadata = self.metadata.with_ensemble(first, ensemble)
             self._ctx.stats.ensemble_changes += 1
             return
-        expected = dict(self.metadata.ensembles)
+        known = self.metadata
         attempts = 0
 
         def change(current: LedgerMetadata) -> LedgerMetadata:
@@ -420,7 +430,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                     "(seen at ensemble change)",
                     ledger_id=self.ledger_id,
                 )
-            if dict(current.ensembles) != expected:
+            if not same_segments_to_write(current, known):
                 raise MetadataConflictError(
                     "ensembles changed under the writer", ledger_id=self.ledger_id
                 )
@@ -532,7 +542,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             self._lac_task.cancel()
         await self.wait_for_pending()
         lac, length = self._lac, self._lac_length
-        expected = dict(self.metadata.ensembles)
+        known = self.metadata
         closed_by_us = False
         attempts = 0
 
@@ -546,7 +556,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             if current.state is LedgerState.CLOSED:
                 closed_by_us = False
                 return None
-            if dict(current.ensembles) != expected:
+            if not same_segments_to_write(current, known):
                 raise MetadataConflictError(
                     "ensembles changed under the writer", ledger_id=self.ledger_id
                 )

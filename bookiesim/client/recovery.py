@@ -276,7 +276,14 @@ class _Recovery:
     # -- step 4: close -------------------------------------------------------------------------
 
     async def _close(self, writer: LedgerHandle, last: int, length: int) -> ReadOnlyLedgerHandle:
-        local = writer.metadata.ensembles
+        # Only the segments this recovery changed are written back: an earlier one may have
+        # had a lost bookie replaced by a replication worker meanwhile, which must stand.
+        snapshot = self.metadata.ensembles
+        changed = {
+            first: bookies
+            for first, bookies in writer.metadata.ensembles.items()
+            if tuple(snapshot.get(first, ())) != tuple(bookies)
+        }
         attempts = 0
 
         def close(current: LedgerMetadata) -> LedgerMetadata | None:
@@ -287,9 +294,8 @@ class _Recovery:
             if current.state is not LedgerState.IN_RECOVERY:
                 raise self._error(f"ledger went {current.state.name} during recovery")
             new = current.closed(last, length)
-            for first, bookies in local.items():
-                if tuple(current.ensembles.get(first, ())) != tuple(bookies):
-                    new = new.with_ensemble(first, bookies)
+            for first, bookies in changed.items():
+                new = new.with_ensemble(first, bookies)
             return new
 
         try:
