@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.metadata.errors import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
-from bookiesim.metadata.store import MetadataStore, join_path, parent_path
+from bookiesim.metadata.store import MetadataStore, Versioned, join_path, parent_path
 from bookiesim.metadata.underreplication_control import (
     IncompatibleLayoutError,
     UnderReplicationControl,
@@ -308,7 +308,11 @@ class UnderReplicationManager(UnderReplicationControl):
     async def mark_replicated(self, lock: LedgerLock) -> bool:
         """The ledger is replicated: delete its mark if still at the version seen when locked
         (a re-mark since then stays, to be looked at again), prune its empty parents, and
-        release the lock. True if the mark was deleted."""
+        release the lock. True if the mark was deleted. A lock no longer held (released, or
+        expired with its session) deletes nothing: the mark is its new holder's."""
+        held = await self._held(lock)
+        if held is None:
+            return False
         path = mark_path(self._root, lock.ledger_id)
         try:
             try:
@@ -318,7 +322,7 @@ class UnderReplicationManager(UnderReplicationControl):
             await self._prune(path)
             return True
         finally:
-            await self.release(lock)
+            await self._unlock(lock, held)
 
     async def _prune(self, path: str) -> None:
         parent = path
@@ -337,17 +341,24 @@ class UnderReplicationManager(UnderReplicationControl):
     async def release(self, lock: LedgerLock) -> None:
         """Give the lock up without touching the mark. Does nothing if the lock is no longer
         this one (expired with its session, and maybe taken by another owner since)."""
+        held = await self._held(lock)
+        if held is not None:
+            await self._unlock(lock, held)
+
+    async def _held(self, lock: LedgerLock) -> Versioned | None:
+        """The lock's node if it is still this lock: same session, same owner."""
         path = lock_path(self._root, lock.ledger_id)
         node = await self._store.get(path)
         if node is None or (lock.session_id and node.ephemeral_owner != lock.session_id):
-            return
+            return None
         try:
-            if decode_lock(node.value, path) != lock.owner:
-                return
+            return node if decode_lock(node.value, path) == lock.owner else None
         except UnderReplicationFormatError:
-            return  # not a lock we wrote
+            return None  # not a lock we wrote
+
+    async def _unlock(self, lock: LedgerLock, held: Versioned) -> None:
         with contextlib.suppress(NoNodeError, BadVersionError):
-            await self._store.delete(path, node.version)
+            await self._store.delete(lock_path(self._root, lock.ledger_id), held.version)
 
     async def lock_owner(self, ledger_id: int) -> str | None:
         """Who holds the ledger's lock ("" if the lock names nobody), None if unlocked."""
