@@ -1,15 +1,18 @@
 """The invariants, as pure functions of a :class:`ClusterView`.
 
 Names follow ``reference/invariants.md`` (S1 to S7, A2) plus ours (D1, RD1, LU, FD, CHK,
-RC). Each checker takes what was observed — a view of the metadata, every bookie and the
-history — and returns the violations it finds, so a test can hand one a made-up view that
-breaks it.
+RC, and for auto-recovery RL and RR). Each checker takes what was observed — a view of the
+metadata, every bookie and the history — and returns the violations it finds, so a test can
+hand one a made-up view that breaks it.
 Observation (reading the real bookies) is :mod:`.observe`'s job; violations that can only
-be seen the moment they happen (A1, A12, S5, S7b) are recorded by the history as they occur.
+be seen the moment they happen (A1, A12, S5, S7b, and RS: a replication's swap named a
+bookie that did not yet store the entries) are recorded by the history as they occur.
 
 "Stored on a bookie" means: in its index, if it is up; if it is down, acknowledged by it
 (an add answered EOK was in its journal, fsynced, so it survives the crash — D1 checks that
-it really does once the bookie is back).
+it really does once the bookie is back). A bookie *lost* for good stores nothing from its
+loss on, for RL and RR; S2 and S3, the protocol's own invariants, still count what it
+acknowledged, since a permanent loss is outside the model they come from.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from bookiesim.sim.history import Swap
+
 __all__ = [
     "CHECKERS",
     "BookieView",
     "CheckerMemory",
     "ClusterView",
     "check_all",
+    "check_rl",
+    "check_rr",
 ]
 
 
@@ -70,12 +77,26 @@ class ClusterView:
     fence_acked: Mapping[str, frozenset[int]]
     reclaim_bound: float = math.inf
     """Seconds within which GC must reclaim a deleted ledger's bytes (RC)."""
+    lost: Mapping[str, float] = field(default_factory=dict)
+    """bookie → when it was lost for good."""
+    data_lost: frozenset[int] = frozenset()
+    """Ledgers that lost acknowledged data with a lost bookie (it had the only copy)."""
+    swaps: tuple[Swap, ...] = ()
+    closed_at: Mapping[int, float] = field(default_factory=dict)
+    quiet_since: float = 0.0
+    """Since when no fault but the losses has been seen (RR's clock starts there)."""
+    replication_bound: float = math.inf
+    """Seconds of quiet within which a lost bookie's closed ledgers must be replicated (RR)."""
 
     def stored(self, bookie: str, ledger_id: int) -> frozenset[int]:
         view = self.bookies.get(bookie)
         if view is not None and view.up:
             return view.entries.get(ledger_id, frozenset())
         return self.acked.get(bookie, {}).get(ledger_id, frozenset())
+
+    def stored_live(self, bookie: str, ledger_id: int) -> frozenset[int]:
+        """As :meth:`stored`, but nothing on a lost bookie."""
+        return frozenset() if bookie in self.lost else self.stored(bookie, ledger_id)
 
 
 @dataclass
@@ -104,9 +125,12 @@ def _write_set(md: LedgerMetadata, entry_id: int) -> list[str]:
 
 
 def check_s1(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
-    """S1: no writer acknowledged an id above a closed ledger's last entry."""
+    """S1: no writer acknowledged an id above a closed ledger's last entry (unless the
+    entries went with a bookie lost for good that held their only copy: ``data_lost``)."""
     out = []
     for lid, md in view.metadata.items():
+        if lid in view.data_lost:
+            continue
         lac = view.writer_lac.get(lid, -1)
         if md.is_closed and lac > md.last_entry_id:
             out.append(
@@ -296,6 +320,76 @@ def check_fd(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     ]
 
 
+def check_rl(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
+    """RL (ours): no acknowledged entry is lost with a bookie lost for good — each stays on
+    some bookie of its ensemble that is not lost — unless the lost bookie held its only copy
+    when it went (``data_lost``: the fault's doing). Re-replication must keep it so: a swap
+    that names a bookie without the entries, or replaces the wrong bookie, breaks it."""
+    if not view.lost:
+        return []
+    out = []
+    for lid, md in view.metadata.items():
+        if md.state is LedgerState.IN_RECOVERY or lid in view.data_lost:
+            continue
+        stored = {b: view.stored_live(b, lid) for b in md.bookies()}
+        for e in range(_acked_bound(view, lid, md) + 1):
+            if not any(e in stored[b] for b in md.ensemble_at(e)):
+                out.append(
+                    ("RL", f"ledger {lid} entry {e} is on no bookie of its ensemble but lost ones")
+                )
+                break
+    return out
+
+
+def check_rr(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
+    """RR (ours, liveness): once a bookie is lost for good and at least E bookies remain,
+    within ``replication_bound`` seconds of quiet (no other fault; counted from the loss,
+    or the ledger's close if later) every closed ledger's metadata stops naming it, and
+    every bookie that took its place in a segment stores all that segment's entries of its
+    position. Ledgers that lost data with it are left out: nothing can replicate them."""
+    if not view.lost:
+        return []
+    live = sum(1 for b, v in view.bookies.items() if v.up and b not in view.lost)
+    start = max(view.quiet_since, *view.lost.values())
+    swaps: dict[int, list[Swap]] = {}
+    for swap in view.swaps:
+        if swap.old in view.lost:
+            swaps.setdefault(swap.ledger_id, []).append(swap)
+    out = []
+    for lid, md in view.metadata.items():
+        if not md.is_closed or lid in view.data_lost or md.ensemble_size > live:
+            continue
+        since = max(start, view.closed_at.get(lid, 0.0))
+        if view.time - since <= view.replication_bound:
+            continue
+        named = sorted(b for b in md.bookies() if b in view.lost)
+        if named:
+            out.append(
+                (
+                    "RR",
+                    f"ledger {lid} still names lost {', '.join(named)} "
+                    f"{view.time - since:.1f} s after the loss (bound "
+                    f"{view.replication_bound:g} s of quiet)",
+                )
+            )
+            continue
+        for swap in swaps.get(lid, ()):
+            current = md.ensembles.get(swap.first, ())
+            if swap.position >= len(current) or current[swap.position] != swap.new:
+                continue  # replaced again since; that swap is checked instead
+            missing = swap.entries - view.stored_live(swap.new, lid)
+            if missing:
+                out.append(
+                    (
+                        "RR",
+                        f"ledger {lid}: {swap.new}, which took {swap.old}'s place at entry "
+                        f"{swap.first}, lacks entries {sorted(missing)[:5]}",
+                    )
+                )
+                break
+    return out
+
+
 def check_structures(view: ClusterView, memory: CheckerMemory) -> list[Finding]:
     """CHK: every structure's ``_check()`` held."""
     return [("CHK", err) for b in view.bookies.values() for err in b.structure_errors]
@@ -315,6 +409,8 @@ CHECKERS: tuple[Callable[[ClusterView, CheckerMemory], list[Finding]], ...] = (
     check_fd,
     check_structures,
     check_rc,
+    check_rl,
+    check_rr,
 )
 
 
