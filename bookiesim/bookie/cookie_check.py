@@ -50,10 +50,11 @@ from bookiesim.metadata.cookies import (
     Cookie,
     CookieFormatError,
     Mismatch,
+    cookie_node,
     decode_dir_paths,
 )
 from bookiesim.metadata.errors import NodeExistsError
-from bookiesim.metadata.store import ANY_VERSION, MetadataStore, join_path
+from bookiesim.metadata.store import ANY_VERSION, MetadataStore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -121,11 +122,6 @@ def expected_cookie(cfg: BookieConfig, instance_id: str | None) -> Cookie:
         index_dirs=[str(d) for d in cfg.index_directories] if cfg.index_directories else None,
         instance_id=instance_id,
     )
-
-
-def cookie_node(ledgers_root: str, bookie_id: str) -> str:
-    """Where the store keeps a bookie's cookie."""
-    return join_path(join_path(ledgers_root, "cookies"), bookie_id)
 
 
 def read_dir_cookie(current: Path) -> Cookie | None:

@@ -73,6 +73,7 @@ __all__ = [
     "MetricSpec",
     "main",
     "render_markdown",
+    "render_registry",
 ]
 
 log = logging.getLogger(__name__)
@@ -930,10 +931,19 @@ class BookieMetrics:
         Prometheus' text format unless ``accept`` (the scrape's Accept header) asks for
         OpenMetrics, which Prometheus does when configured to.
         """
-        if accept and "application/openmetrics-text" in accept:
-            encoder, content_type = choose_encoder(accept)
-            return encoder(self.registry), content_type
-        return generate_latest(_WithoutCreatedSeries(self.registry)), CONTENT_TYPE_LATEST
+        return render_registry(self.registry, accept)
+
+
+def render_registry(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:
+    """A registry's scrape body and content type, the way every bookiesim process serves it.
+
+    Prometheus' text format without the ``_created`` series, unless ``accept`` (the scrape's
+    Accept header) asks for OpenMetrics, which Prometheus does when configured to.
+    """
+    if accept and "application/openmetrics-text" in accept:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(registry), content_type
+    return generate_latest(_WithoutCreatedSeries(registry)), CONTENT_TYPE_LATEST
 
 
 # --- Documentation and command line -------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Final
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
+from bookiesim.metadata.store import join_path
 from bookiesim.proto.DataFormats_pb2 import CookieFormat
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "Cookie",
     "CookieFormatError",
     "Mismatch",
+    "cookie_node",
     "decode_dir_paths",
     "encode_dir_paths",
 ]
@@ -55,6 +57,12 @@ OLDEST_COMPARABLE_VERSION: Final = 3
 VERSION_FILE: Final = "VERSION"
 """A directory's cookie: ``<dir>/current/VERSION`` (upstream's ``VERSION_FILENAME``)."""
 _SEPARATOR: Final = "\t"
+
+
+def cookie_node(ledgers_root: str, bookie_id: str) -> str:
+    """Where the metadata store keeps a bookie's cookie (``ROOT/cookies/ID``)."""
+    return join_path(join_path(ledgers_root, "cookies"), bookie_id)
+
 
 # Upstream prints strings with protobuf-java's TextFormat: UTF-8 bytes, printable ASCII as
 # is, C escapes for these, three-digit octal for every other byte.
