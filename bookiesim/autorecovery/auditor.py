@@ -85,9 +85,9 @@ def _wall_clock_ms() -> int:
 class Auditor:
     """Volunteers ``bookie_id`` in the auditor election and audits while elected.
 
-    ``now_ms`` (wall-clock milliseconds) dates ``checkallledgersctime`` and schedules the first
-    check of all ledgers from it; the checker samples entries with the client's ``rng``. Both
-    are there for deterministic runs.
+    ``now_ms`` (wall-clock milliseconds by default) dates ``checkallledgersctime`` and
+    schedules the first check of all ledgers from it; the checker samples entries with the
+    client's ``rng``. Both are there for deterministic runs.
     """
 
     def __init__(
@@ -98,7 +98,7 @@ class Auditor:
         metrics: AutoRecoveryMetrics,
         *,
         bookie_id: str,
-        now_ms: Callable[[], int] = _wall_clock_ms,
+        now_ms: Callable[[], int] | None = None,
     ) -> None:
         self._client = client
         self._store = client.store
@@ -107,7 +107,7 @@ class Auditor:
         self._config = config
         self._metrics = metrics
         self.bookie_id = bookie_id
-        self._now_ms = now_ms
+        self._now_ms = now_ms or _wall_clock_ms
         self._lock = trio.Lock()
         self._elected = False
         self._known: set[str] = set()

@@ -27,18 +27,9 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Final
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
-from prometheus_client.exposition import choose_encoder
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bookiesim.bookie.metrics import Kind, MetricSpec
-from bookiesim.bookie.metrics import _WithoutCreatedSeries as WithoutCreatedSeries
+from bookiesim.bookie.metrics import Kind, MetricSpec, render_registry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -367,10 +358,7 @@ class AutoRecoveryMetrics:
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The scrape body and content type of this registry, as the bookie renders its own
         (Prometheus text without ``_created`` series; OpenMetrics when ``accept`` asks)."""
-        if accept and "application/openmetrics-text" in accept:
-            encoder, content_type = choose_encoder(accept)
-            return encoder(self.registry), content_type
-        return generate_latest(WithoutCreatedSeries(self.registry)), CONTENT_TYPE_LATEST
+        return render_registry(self.registry, accept)
 
 
 # --- Documentation and command line -------------------------------------------------------
