@@ -78,6 +78,10 @@ _RETRY: float = 1.0
 """Pause before a handler that failed on the store is tried again."""
 
 
+_MIN_RESCAN: float = 0.05
+"""Shortest pause between two counts of the marks (see ``_watch_marks``)."""
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -431,7 +435,12 @@ class Auditor:
     async def _watch_marks(self) -> None:
         while True:
             await self._urm.wait_for_marks()
+            started = trio.current_time()
             await self._handle("marks", self._update_marks)
+            # A scan reads every mark, and while workers run every lock they take is a change:
+            # rescan at most at twice the pace a scan takes, so the auditor never spends more
+            # than a third of its time counting (the gauge and heal times lag by that much).
+            await trio.sleep(max(_MIN_RESCAN, 2 * (trio.current_time() - started)))
 
     async def _update_marks(self) -> None:
         marks = await self._urm.under_replicated()
