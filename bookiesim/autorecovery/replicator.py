@@ -48,6 +48,7 @@ from bookiesim.autorecovery.fragments import (
     Fragment,
     distribution,
     fragments_on,
+    ledger_fragments,
     stored_entries,
 )
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
@@ -147,20 +148,29 @@ class FragmentReplicator:
 
     # -- one ledger ----------------------------------------------------------------------------
 
-    async def replicate_ledger(self, ledger_id: int, lost: Collection[str]) -> LedgerReplication:
+    async def replicate_ledger(
+        self,
+        ledger_id: int,
+        lost: Collection[str],
+        *,
+        incomplete: Collection[tuple[int, str]] = (),
+    ) -> LedgerReplication:
         """Replicate every settled fragment of ``ledger_id`` that names a bookie in ``lost``,
-        one lost bookie at a time, re-reading the metadata after each swap. A failed copy is
-        recorded and the next one tried. Raises :class:`NoSuchLedgerError` if the ledger has
-        no metadata."""
+        and the (segment's first entry, bookie) pairs of ``incomplete`` (a bookie still there
+        but missing entries, see :meth:`misses_entries`), one bookie at a time, re-reading the
+        metadata after each swap. A failed copy is recorded and the next one tried. Raises
+        :class:`NoSuchLedgerError` if the ledger has no metadata."""
         metadata, _ = await self.client.read_metadata(ledger_id)
         result = LedgerReplication(ledger_id, metadata)
         tried: set[tuple[int, str]] = set()
         while True:
             todo = [
                 (f, bookie)
-                for f in fragments_on(result.metadata, lost)
-                for bookie in (f.ensemble[i] for i in f.positions_of(lost))
-                if f.is_closed and (f.first_entry_id, bookie) not in tried
+                for f in ledger_fragments(result.metadata)
+                for bookie in f.ensemble
+                if (bookie in lost or (f.first_entry_id, bookie) in incomplete)
+                and f.is_closed
+                and (f.first_entry_id, bookie) not in tried
             ]
             if not todo:
                 break
@@ -216,10 +226,16 @@ class FragmentReplicator:
             unavailable=frozenset(unavailable) | {lost},
         )
         try:
-            await self._copy(job)
-            swapped, metadata = await self.replace_bookie(
-                ledger_id, fragment.first_entry_id, lost, replacement
-            )
+            if self.config.unsafe_swap_before_copy:  # the bug switch: readers may find holes
+                swapped, metadata = await self.replace_bookie(
+                    ledger_id, fragment.first_entry_id, lost, replacement
+                )
+                await self._copy(job)
+            else:
+                await self._copy(job)
+                swapped, metadata = await self.replace_bookie(
+                    ledger_id, fragment.first_entry_id, lost, replacement
+                )
         except BKError:
             self._count("failed", job)
             raise
@@ -294,6 +310,24 @@ class FragmentReplicator:
             raise NoSuchLedgerError("deleted during replication", ledger_id=ledger_id) from None
         return swapped, metadata
 
+    async def misses_entries(
+        self, ledger_id: int, metadata: LedgerMetadata, fragment: Fragment, bookie: str
+    ) -> bool:
+        """Whether ``bookie`` (still reachable) lacks the first or the last entry it should
+        store in the closed ``fragment`` — upstream's worker checks each fragment so, with
+        ``auditorLedgerVerificationPercentage`` 0. An error other than "no such entry" or "no
+        such ledger" proves nothing and answers False."""
+        position = fragment.ensemble.index(bookie)
+        held = list(stored_entries(fragment, distribution(metadata), position))
+        for entry_id in {held[0], held[-1]} if held else ():
+            try:
+                response = await self.client.pool.call(bookie, read_request(ledger_id, entry_id))
+            except BKError:
+                return False
+            if response.status in _MISSING:
+                return True
+        return False
+
     # -- the copy ------------------------------------------------------------------------------
 
     async def _copy(self, job: _Copy) -> None:
@@ -324,7 +358,13 @@ class FragmentReplicator:
         body, payload = await self._read(job.ledger_id, entry_id, sources, job.digest)
         response = await self.client.pool.call(
             job.replacement,
-            add_request(job.ledger_id, entry_id, job.digest.master_key, body, recovery=True),
+            add_request(
+                job.ledger_id,
+                entry_id,
+                job.digest.master_key,
+                body,
+                recovery=not self.config.unsafe_replication_adds_without_recovery_flag,
+            ),
         )
         if response.status != pb.EOK:
             raise BookieRequestError(
@@ -382,6 +422,8 @@ class FragmentReplicator:
 
     async def _write_close(self, ledger_id: int, bookie: str, master_key: bytes) -> str:
         """WriteClose (reason replication) to ``bookie``: ``ok``, ``failed`` or ``skipped``."""
+        if not self.config.write_close_after_replication:
+            return "skipped"
         info = (await self.client.live_bookies()).get(bookie)
         if info is None or not info.supports_write_close or self.client.pool.v2:
             return "skipped"
