@@ -2,13 +2,9 @@
 
 Theory of operation
 -------------------
-Every auto-recovery service volunteers (an ephemeral sequential vote under
-``underreplication/auditorelection``); the lowest vote is the auditor, as upstream's
-``AuditorElector``. Each service watches the election: when the auditor's vote goes (its
-process stopped, or its session expired) the next one takes over; a service whose own vote
-vanished volunteers again, at the end of the line.
-
-While elected, :meth:`Auditor.run` does what upstream's ``Auditor`` does:
+Every auto-recovery service is a candidate in the auditor election (:mod:`.election`,
+upstream's ``AuditorElector``); while elected, :meth:`Auditor.run` does what upstream's
+``Auditor`` does:
 
 * **Bookie losses.** It watches the registrations (``available/`` and ``available/readonly``
   both count as present). A bookie that vanishes is *pending*; after ``lostBookieRecoveryDelay``
@@ -51,15 +47,15 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.autorecovery.checker import check_ledger
+from bookiesim.autorecovery.election import AuditorElector
 from bookiesim.client.errors import BKError
-from bookiesim.metadata.errors import MetadataError, NoNodeError, NoSuchLedgerError
+from bookiesim.metadata.errors import MetadataError, NoSuchLedgerError
 from bookiesim.metadata.registration import (
     available_path,
     live_bookies,
     read_only_bookies,
     readonly_path,
 )
-from bookiesim.metadata.store import parent_path
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -127,68 +123,26 @@ class Auditor:
         """Whether this service is the elected auditor now."""
         return self._elected
 
-    # --- election -------------------------------------------------------------------------
+    # --- the term -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Volunteer, then audit whenever elected, until cancelled (the vote is withdrawn).
-        Started once the vote is cast."""
-        vote: str | None = None
-        duties: trio.CancelScope | None = None
-        stopped = trio.Event()
-        stopped.set()
-        votes: list[str] | None = None
-        try:
-            async with self._urm.watch_election() as changes, trio.open_nursery() as nursery:
-                vote = await self._urm.volunteer(self.bookie_id)
-                log.info("auto-recovery %s volunteered as auditor (%s)", self.bookie_id, vote)
-                task_status.started()
-                async for _ in changes:
-                    try:
-                        # Only a change of the votes can change who is elected; the election
-                        # node's own data changes when an auditor writes its vote there.
-                        now = await self._store.children(parent_path(vote))
-                        if now == votes:
-                            continue
-                        votes = now
-                        elected = await self._urm.elected(vote)
-                    except NoNodeError:
-                        elected, votes = False, None
-                        if duties is not None:
-                            duties.cancel()
-                        vote = await self._urm.volunteer(self.bookie_id)
-                        log.warning("auditor vote of %s was lost; voted again", self.bookie_id)
-                    except MetadataError as exc:
-                        log.warning("auditor election: %s", exc)
-                        votes = None
-                        continue
-                    if elected and (duties is None or duties.cancel_called):
-                        await stopped.wait()  # the previous term has wound down
-                        duties, stopped = trio.CancelScope(), trio.Event()
-                        nursery.start_soon(self._term, duties, stopped)
-                    elif not elected and duties is not None:
-                        duties.cancel()
-        finally:
-            if vote is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    try:
-                        await self._urm.withdraw(vote)
-                    except MetadataError as exc:
-                        log.warning("auditor vote %s not withdrawn: %s", vote, exc)
+        """Volunteer (then ``started``), and audit whenever elected, until cancelled (the vote
+        is withdrawn); :mod:`.election`."""
+        elector = AuditorElector(self._store, self._urm, self.bookie_id)
+        await elector.run(self._term, task_status=task_status)
 
-    async def _term(self, scope: trio.CancelScope, stopped: trio.Event) -> None:
+    async def _term(self) -> None:
         try:
-            with scope:
-                log.info("%s is the auditor", self.bookie_id)
-                self._elected = True
-                self._metrics.is_auditor(True)
-                await self._serve()
+            log.info("%s is the auditor", self.bookie_id)
+            self._elected = True
+            self._metrics.is_auditor(True)
+            await self._serve()
         finally:
             self._elected = False
             self._metrics.is_auditor(False)
             self._pending.clear()
             self._delayed = None
             self._nursery = None
-            stopped.set()
 
     async def _serve(self) -> None:
         while True:

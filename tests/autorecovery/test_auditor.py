@@ -307,6 +307,28 @@ async def test_two_candidates_with_one_id_still_elect_one(
         assert [first.is_auditor(), second.is_auditor()] == [True, False]
 
 
+async def test_a_candidate_whose_vote_vanished_votes_again_at_the_end_of_the_line(
+    store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    election = "/ledgers/underreplication/auditorelection"
+    async with (
+        running_auditor(store, bookie_id=D) as first,
+        running_auditor(store, bookie_id=E, elected=False) as second,
+    ):
+        await trio.sleep(1)
+        votes = await store.children(election)
+        assert len(votes) == 2
+        # As when the first candidate's session expired: its vote is gone.
+        await store.delete(f"{election}/{votes[0]}")
+        await second.elected()
+        await trio.sleep(1)
+        assert not first.is_auditor()
+        now = await store.children(election)
+        assert len(now) == 2
+        assert now[0] == votes[1]
+        assert await first.urm.auditor() == E
+
+
 # --- the check of all ledgers, on real bookies -----------------------------------------------
 
 
