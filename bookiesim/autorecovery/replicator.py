@@ -11,9 +11,9 @@ For one fragment of a ledger (:mod:`.fragments`) and one lost bookie of its ense
    generator. None left: :class:`~bookiesim.client.errors.NotEnoughBookiesError`.
 2. **Copy** every entry the lost bookie stored in the fragment (its write-set share): read it
    from a surviving replica (the other bookies of its write set, registered ones first; a
-   failed read or a body whose digest does not check tries the next), then write the same
-   body, digest and all, to the replacement as a RECOVERY_ADD (high priority, the master key
-   computed from the ledger's password as the client computes it). At most
+   failed read or a body whose digest does not check tries the next), then write the body
+   as read to the replacement as a RECOVERY_ADD (high priority, the master key computed from
+   the ledger's password as the client computes it; :mod:`.replica_io`). At most
    ``rereplicationEntryBatchSize`` entries are in flight. An entry no replica returns fails
    the copy. A fragment with no entry for that position needs no copy.
 3. **Swap** the bookie in that segment of the metadata by compare-and-set
@@ -22,18 +22,26 @@ For one fragment of a ledger (:mod:`.fragments`) and one lost bookie of its ense
    the lost bookie there — another worker replaced it first — nothing is written: no bookie
    is swapped twice.
 4. **WriteClose** (BP-32, reason ``replication``) to the replacement, if its registration
-   advertises ``writeClose`` (``skipped`` otherwise, as over the v2 protocol), so the log the
-   copies opened is sealed at its next checkpoint. Not sent when nothing was copied (no log
-   was opened), nor when the ledger is still open and the replacement is in its last
-   ensemble (its writer is still writing to that log; its own close will say when it is done).
+   advertises ``writeClose`` (``skipped`` otherwise, as over the v2 protocol, or when
+   ``write_close_after_replication`` is off for an experiment), so the log the copies opened
+   is sealed at its next checkpoint. Not sent when nothing was copied (no log was opened),
+   nor when the ledger is still open and the replacement is in its last ensemble (its writer
+   is still writing to that log; its own close will say when it is done).
 
 A copy interrupted anywhere before step 3 leaves the metadata as it was: the entries already
 on the replacement are orphans its garbage collector reclaims (the ledger does not name it),
 and a later attempt starts afresh, perhaps on another bookie.
 
 :meth:`FragmentReplicator.replicate_ledger` applies this to every settled fragment of a
-ledger that names a lost bookie, re-reading the metadata after each swap; the replication
-worker (:mod:`.worker`) and ``recover BOOKIE`` use it.
+ledger that names a lost bookie (or a registered bookie found missing entries,
+:meth:`FragmentReplicator.misses_entries`), re-reading the metadata after each swap; the
+replication worker (:mod:`.worker`) and ``recover BOOKIE`` use it.
+
+Two bug switches of :class:`~bookiesim.autorecovery.config.AutoRecoveryConfig` re-create
+faults for the simulator's campaign: ``unsafe_swap_before_copy`` does step 3 before step 2
+(readers may then find the new bookie without the entries), and
+``unsafe_replication_adds_without_recovery_flag`` copies with plain adds, which a bookie
+that has the ledger fenced refuses (upstream 4.16.0-4.16.3).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from bookiesim.autorecovery.checker import entries_to_verify
 from bookiesim.autorecovery.fragments import (
     Fragment,
     distribution,
@@ -51,19 +60,20 @@ from bookiesim.autorecovery.fragments import (
     ledger_fragments,
     stored_entries,
 )
-from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
+from bookiesim.autorecovery.replica_io import (
+    has_entries,
+    read_first_good,
+    write_close_for_replication,
+    write_entry,
+)
+from bookiesim.client.digest import DigestManager, DigestType
 from bookiesim.client.errors import (
     BKError,
-    BookieRequestError,
-    BookieUnavailableError,
     MetadataConflictError,
-    NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
 )
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
-from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto.v3 import add_request, from_message, read_request
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -77,8 +87,6 @@ if TYPE_CHECKING:
 __all__ = ["FragmentCopy", "FragmentReplicator", "LedgerReplication"]
 
 log = logging.getLogger(__name__)
-
-_MISSING = (pb.ENOENTRY, pb.ENOLEDGER)
 
 
 @dataclass(frozen=True)
@@ -313,20 +321,15 @@ class FragmentReplicator:
     async def misses_entries(
         self, ledger_id: int, metadata: LedgerMetadata, fragment: Fragment, bookie: str
     ) -> bool:
-        """Whether ``bookie`` (still reachable) lacks the first or the last entry it should
-        store in the closed ``fragment`` — upstream's worker checks each fragment so, with
-        ``auditorLedgerVerificationPercentage`` 0. An error other than "no such entry" or "no
-        such ledger" proves nothing and answers False."""
+        """Whether ``bookie`` (registered) answers that it lacks one of the entries it should
+        store in the closed ``fragment`` that upstream's worker reads to check it: the first,
+        the last, and ``auditorLedgerVerificationPercentage`` of the others
+        (:func:`~.checker.entries_to_verify`)."""
         position = fragment.ensemble.index(bookie)
         held = list(stored_entries(fragment, distribution(metadata), position))
-        for entry_id in {held[0], held[-1]} if held else ():
-            try:
-                response = await self.client.pool.call(bookie, read_request(ledger_id, entry_id))
-            except BKError:
-                return False
-            if response.status in _MISSING:
-                return True
-        return False
+        percentage = self.config.auditor_ledger_verification_percentage
+        chosen = entries_to_verify(held, percentage, self.client.rng)
+        return not await has_entries(self.client.pool, bookie, ledger_id, chosen)
 
     # -- the copy ------------------------------------------------------------------------------
 
@@ -355,98 +358,19 @@ class FragmentReplicator:
         ensemble = job.fragment.ensemble
         sources = [ensemble[p] for p in job.dist.write_set(entry_id) if p != job.position]
         sources.sort(key=lambda b: b in job.unavailable)  # stable: write-set order otherwise
-        body, payload = await self._read(job.ledger_id, entry_id, sources, job.digest)
-        response = await self.client.pool.call(
-            job.replacement,
-            add_request(
-                job.ledger_id,
-                entry_id,
-                job.digest.master_key,
-                body,
-                recovery=not self.config.unsafe_replication_adds_without_recovery_flag,
-            ),
-        )
-        if response.status != pb.EOK:
-            raise BookieRequestError(
-                response.status,
-                ledger_id=job.ledger_id,
-                entry_id=entry_id,
-                bookie=job.replacement,
-                operation="recovery add",
-            )
+        pool = self.client.pool
+        body, payload = await read_first_good(pool, job.digest, entry_id, sources)
+        recovery = not self.config.unsafe_replication_adds_without_recovery_flag
+        await write_entry(pool, job.replacement, job.digest, entry_id, body, recovery=recovery)
         job.entries += 1
         job.bytes += payload
 
-    async def _read(
-        self, ledger_id: int, entry_id: int, sources: list[str], digest: DigestManager
-    ) -> tuple[bytes, int]:
-        """The entry's stored body from the first of ``sources`` that returns one whose
-        digest checks, and its payload length."""
-        errors: list[BKError] = []
-        for bookie in sources:
-            try:
-                response = await self.client.pool.call(
-                    bookie, read_request(ledger_id, entry_id, high_priority=True)
-                )
-            except BookieUnavailableError as exc:
-                errors.append(exc)
-                continue
-            read = response.readResponse
-            if response.status == pb.EOK and read.HasField("body"):
-                try:
-                    verified = digest.verify(read.body, expected_entry_id=entry_id)
-                except DigestMismatchError as exc:
-                    log.warning("%s (from bookie %s); trying the next replica", exc, bookie)
-                    errors.append(exc)
-                    continue
-                return read.body, len(verified.payload)
-            errors.append(
-                BookieRequestError(
-                    response.status if response.status != pb.EOK else pb.ENOENTRY,
-                    ledger_id=ledger_id,
-                    entry_id=entry_id,
-                    bookie=bookie,
-                    operation="read",
-                )
-            )
-        detail = "; ".join(str(e) for e in errors) or "no surviving replica"
-        if errors and all(
-            isinstance(e, BookieRequestError) and e.status in _MISSING for e in errors
-        ):
-            raise NoSuchEntryError(
-                f"no surviving replica has it: {detail}", ledger_id=ledger_id, entry_id=entry_id
-            )
-        raise BookieUnavailableError(
-            f"no surviving replica returned it: {detail}", ledger_id=ledger_id, entry_id=entry_id
-        )
-
     async def _write_close(self, ledger_id: int, bookie: str, master_key: bytes) -> str:
-        """WriteClose (reason replication) to ``bookie``: ``ok``, ``failed`` or ``skipped``."""
+        """WriteClose (reason replication) to ``bookie`` if it advertises it: ``ok``,
+        ``failed`` or ``skipped``."""
         if not self.config.write_close_after_replication:
             return "skipped"
         info = (await self.client.live_bookies()).get(bookie)
         if info is None or not info.supports_write_close or self.client.pool.v2:
             return "skipped"
-        request = from_message(
-            pb.Request(
-                writeCloseRequest=pb.WriteCloseRequest(
-                    ledgerId=ledger_id,
-                    masterKey=master_key,
-                    reason=pb.WriteCloseRequest.REPLICATION,
-                )
-            )
-        )
-        try:
-            response = await self.client.pool.call(bookie, request)
-        except BKError as exc:
-            log.info("WriteClose of ledger %d to %s after replication: %s", ledger_id, bookie, exc)
-            return "failed"
-        if response.status != pb.EOK:
-            log.info(
-                "WriteClose of ledger %d to %s after replication: %s",
-                ledger_id,
-                bookie,
-                pb.StatusCode.Name(response.status),
-            )
-            return "failed"
-        return "ok"
+        return await write_close_for_replication(self.client.pool, bookie, ledger_id, master_key)

@@ -4,6 +4,7 @@ copy, never twice, and the receiving bookie is told with a WriteClose (reason re
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -219,3 +220,79 @@ async def test_an_open_ledgers_settled_fragment_is_replicated_and_its_writer_goe
         assert metadata.last_entry_id == 29
         assert lost not in metadata.bookies()
         assert await missing_replicas(bk, lh.ledger_id, metadata) == []
+
+
+async def test_write_close_after_replication_can_be_turned_off(tmp_path: Path) -> None:
+    metrics = AutoRecoveryMetrics()
+    config = CONFIG.replace(write_close_after_replication=False)
+    async with (
+        running_cluster(tmp_path, 4) as cluster,
+        BookKeeper(cluster.store, config=CLIENT_CONFIG) as bk,
+    ):
+        lh = await write_ledger(bk, 3, 2, 2, 6)
+        lost = lh.ensemble[0]
+        await cluster.stop_bookie(lost)
+        result = await FragmentReplicator(bk, config, metrics).replicate_ledger(
+            lh.ledger_id, {lost}
+        )
+        (copy,) = result.copies
+        assert copy.write_close == "skipped"
+        assert replication_rotations(cluster, copy.replacement) == 0
+        assert (
+            sample(metrics, "autorecovery_write_close_after_replication_total", outcome="skipped")
+            == 1
+        )
+
+
+@pytest.mark.parametrize("plain_adds", [False, True])
+async def test_copies_are_recovery_adds_unless_the_bug_switch_says_otherwise(
+    tmp_path: Path, plain_adds: bool
+) -> None:
+    connector = FaultyConnector()
+    config = CONFIG.replace(unsafe_replication_adds_without_recovery_flag=plain_adds)
+    async with (
+        running_cluster(tmp_path, 4) as cluster,
+        BookKeeper(cluster.store, bookie_connector=connector, config=CLIENT_CONFIG) as bk,
+    ):
+        lh = await write_ledger(bk, 3, 2, 2, 6)
+        lost = lh.ensemble[0]
+        (spare,) = set(cluster.running_ids()) - set(lh.ensemble)
+        await cluster.stop_bookie(lost)
+        connector.log.clear()
+        result = await FragmentReplicator(bk, config).replicate_ledger(lh.ledger_id, {lost})
+        assert result.healed
+        copies = [r for r in connector.log if r.bookie == spare and r.operation == "ADD_ENTRY"]
+        assert copies
+        assert {r.recovery_add for r in copies} == {not plain_adds}
+
+
+async def test_the_swap_before_copy_bug_switch_names_a_bookie_without_the_entries(
+    tmp_path: Path,
+) -> None:
+    """What the simulator's invariant must catch: with the switch, a copy that fails leaves
+    the metadata naming a bookie that lacks entries."""
+    connector = FaultyConnector()
+    config = CONFIG.replace(unsafe_swap_before_copy=True)
+    async with (
+        running_cluster(tmp_path, 4) as cluster,
+        BookKeeper(
+            cluster.store,
+            bookie_connector=connector,
+            config=replace(CLIENT_CONFIG, request_timeout=0.5, connect_timeout=0.5),
+        ) as bk,
+    ):
+        lh = await write_ledger(bk, 3, 2, 2, 6)
+        lost = lh.ensemble[0]
+        (spare,) = set(cluster.running_ids()) - set(lh.ensemble)
+        await cluster.stop_bookie(lost)
+
+        def drop_adds_to_spare(bookie: str, request: pb.Request) -> str | None:
+            return "drop" if bookie == spare and request.HasField("addRequest") else None
+
+        connector.add_rule(drop_adds_to_spare)
+        result = await FragmentReplicator(bk, config).replicate_ledger(lh.ledger_id, {lost})
+        assert result.failures
+        metadata, _ = await bk.read_metadata(lh.ledger_id)
+        assert metadata.ensembles[0][0] == spare
+        connector.clear_rules()
+        assert {b for _, b in await missing_replicas(bk, lh.ledger_id, metadata)} == {spare}
