@@ -8,7 +8,10 @@ everywhere.
 Scenarios (issue #22): upstream's client on a bookiesim cluster (v3 and v2; E=3 Qw=2 Qa=2 and
 E=1; write, read back, close; recovery while bookiesim's writer still writes), bookiesim's
 client on upstream bookies (write, read, close, recovery of a live writer), mixed ensembles,
-and a cleanly stopped bookie's directories handed over in both directions.
+and a cleanly stopped bookie's directories handed over in both directions. Auto-recovery
+(issue #24): upstream's auto-recovery heals a cluster of bookiesim bookies after one is
+killed, and bookiesim's heals a cluster of upstream bookies — each reading and writing the
+other's records in ``underreplication/``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.interop.upstream_live import Bookiesim, Root, Upstream, installation
+from bookiesim.client.distribution import RoundRobinDistribution
+from tests.interop.upstream_live import (
+    Bookie,
+    Bookiesim,
+    Process,
+    Root,
+    Upstream,
+    installation,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -189,6 +201,127 @@ def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Book
             assert upstream.read_ledger(ledger) == list(range(120))
             assert ours.read_ids(ledger) == list(range(120))
         assert after.stop() == 0
+
+
+# -- auto-recovery across implementations -------------------------------------------------------
+#
+# The vectors' scenario (README, zk/): three bookies, ledgers on all three (E=3 Qw=2 Qa=2), the
+# auto-recovery daemon running; one bookie is killed. With no spare bookie the marks stay (and
+# can be looked at); a fourth bookie joins, and every ledger is healed onto it.
+
+CLOSED_LEDGERS = 4
+ENTRIES = 200
+MARK_TIMEOUT = 120.0
+"""The killed bookie's session must expire (its zkTimeout) before the auditor sees it."""
+HEAL_TIMEOUT = 240.0
+
+
+def _write_ledgers(ours: Bookiesim) -> tuple[list[int], int]:
+    """Closed ledgers and one left OPEN (its writer gone), each of ENTRIES entries."""
+    closed = []
+    for _ in range(CLOSED_LEDGERS):
+        ledger = ours.write_ledger(3, 2, 2, ENTRIES)
+        ours.ledger("close", str(ledger))
+        closed.append(ledger)
+    return closed, ours.write_ledger(3, 2, 2, ENTRIES)
+
+
+def _lose(root: Root, daemon: Process, victim: Bookie, ledgers: list[int]) -> dict[int, int]:
+    """Kill ``victim`` and wait until every ledger is marked naming it (and only it); each
+    ledger's ensemble position that named the victim."""
+    positions = {
+        ledger: list(root.ledger(ledger).ensembles[0]).index(victim.bookie_id) for ledger in ledgers
+    }
+    victim.proc.kill()
+    victim.proc.wait()
+    wait_for(
+        lambda: all(root.marks().get(ledger) == (victim.bookie_id,) for ledger in ledgers),
+        f"marks of ledgers {ledgers} naming {victim.bookie_id}",
+        daemon.proc,
+        daemon.log,
+        timeout=MARK_TIMEOUT,
+    )
+    return positions
+
+
+def _wait_healed(root: Root, daemon: Process) -> None:
+    wait_for(
+        lambda: not root.marks() and not root.locks(),
+        "every mark and lock to go",
+        daemon.proc,
+        daemon.log,
+        timeout=HEAL_TIMEOUT,
+    )
+
+
+def _assert_healed(
+    upstream: Upstream,
+    ours: Bookiesim,
+    root: Root,
+    ledgers: list[int],
+    closed: list[int],
+    lost: str,
+    healer: str,
+    positions: dict[int, int],
+) -> None:
+    for ledger in ledgers:
+        metadata = root.ledger(ledger)
+        assert metadata.is_closed, ledger  # the open one too: recovered by the worker
+        assert metadata.last_entry_id == ENTRIES - 1, ledger
+        named = {b for ensemble in metadata.ensembles.values() for b in ensemble}
+        assert lost not in named, (ledger, dict(metadata.ensembles))
+        assert healer in named, (ledger, dict(metadata.ensembles))
+        assert ours.read_ids(ledger) == list(range(ENTRIES))
+        assert upstream.read_ledger(ledger) == list(range(ENTRIES))
+    for ledger in closed:
+        # One segment: the healer took the lost bookie's place and holds exactly the entries
+        # striped onto that position, read from the healer alone.
+        metadata = root.ledger(ledger)
+        assert list(metadata.ensembles) == [0]
+        position = positions[ledger]
+        assert metadata.ensembles[0][position] == healer
+        stripes = RoundRobinDistribution(3, 2, 2)
+        stored = [e for e in range(ENTRIES) if stripes.stores(e, position)]
+        assert upstream.read_ledger(ledger, bookie=healer, last=ENTRIES - 1) == stored
+
+
+def test_upstream_autorecovery_heals_bookiesim_bookies(upstream: Upstream, ours: Bookiesim) -> None:
+    with ours.bookie("b1"), ours.bookie("b2"), ours.bookie("b3") as victim:
+        closed, open_ledger = _write_ledgers(ours)
+        ledgers = [*closed, open_ledger]
+        with upstream.autorecovery("upstream-autorecovery") as daemon:
+            # bookiesim reads upstream's records: its vote, and (in _lose) its marks.
+            assert ours.root.auditor() == daemon.bookie_id
+            positions = _lose(ours.root, daemon, victim, ledgers)
+            with ours.bookie("b4") as healer:
+                _wait_healed(ours.root, daemon)
+                _assert_healed(
+                    upstream, ours, ours.root, ledgers, closed, victim.bookie_id,
+                    healer.bookie_id, positions,
+                )  # fmt: skip
+
+
+def test_bookiesim_autorecovery_heals_upstream_bookies(upstream: Upstream, ours: Bookiesim) -> None:
+    upstream.init_cluster()
+    with upstream.bookie("u1"), upstream.bookie("u2"), upstream.bookie("u3") as victim:
+        closed, open_ledger = _write_ledgers(ours)
+        ledgers = [*closed, open_ledger]
+        with ours.autorecovery("bookiesim-autorecovery") as daemon:
+            positions = _lose(ours.root, daemon, victim, ledgers)
+            # Upstream's tools read the records bookiesim's auditor wrote.
+            assert upstream.list_under_replicated() == {
+                ledger: [victim.bookie_id] for ledger in ledgers
+            }
+            auditor = ours.root.auditor()
+            assert auditor is not None
+            assert upstream.who_is_auditor() == auditor
+            with upstream.bookie("u4") as healer:
+                _wait_healed(ours.root, daemon)
+                _assert_healed(
+                    upstream, ours, ours.root, ledgers, closed, victim.bookie_id,
+                    healer.bookie_id, positions,
+                )  # fmt: skip
+            assert daemon.stop() == 0
 
 
 def _background_writer(ours: Bookiesim, ledger: int) -> subprocess.Popen[bytes]:

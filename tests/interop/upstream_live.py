@@ -3,10 +3,14 @@
 An installation is whatever ``BOOKKEEPER_HOME`` names: a directory with ``lib/*.jar`` (the
 binary distribution, or a build's ``lib``), run with the ``java`` on ``PATH`` (17 or later).
 Nothing of upstream's is kept in this repository: its bookie runs as ``server.Main``, its
+auto-recovery (auditor and replication worker) as ``replication.AutoRecoveryMain --conf``, its
 client as ``BookieShell`` commands (``simpletest`` writes, reads back and closes a ledger;
-``readledger`` reads, ``-r`` first recovers; ``initnewcluster`` formats the root).
+``readledger`` reads, ``-r`` first recovers, ``-b`` asks one bookie only; ``initnewcluster``
+formats the root; ``listunderreplicated`` and ``whoisauditor`` read auto-recovery's records).
 
-bookiesim runs as its own processes: ``bookiesim bookie`` and ``bookiesim ledger``.
+bookiesim runs as its own processes: ``bookiesim bookie``, ``bookiesim autorecovery`` and
+``bookiesim ledger``. The root is read directly (kazoo, decoded with bookiesim's codecs) to
+watch auto-recovery: who votes, which ledgers are marked, which bookies each ledger names.
 """
 
 from __future__ import annotations
@@ -25,14 +29,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from bookiesim.metadata.ledger_paths import ledger_path
+from bookiesim.metadata.ledgers import LedgerMetadata
+from bookiesim.metadata.underreplication_format import decode_mark, decode_vote, ledger_id_of_mark
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
 """Seconds a bookie of either kind has to register (a cold JVM takes several)."""
 SHELL_TIMEOUT = 120.0
+AUTORECOVERY = {
+    "lostBookieRecoveryDelay": 0,
+    "auditorPeriodicCheckInterval": 0,
+    "auditorPeriodicBookieCheckInterval": 0,
+    "openLedgerRereplicationGracePeriod": 1000,
+    "lockReleaseOfFailedLedgerGracePeriod": 1000,
+}
+"""Auto-recovery settings of the live checks (upstream's keys and units): act on a lost bookie
+at once, no periodic checks, and retry a ledger that could not be replicated after a second
+(upstream's default holds its lock for five minutes)."""
 
 _LOG_CONFIG = """\
 status = error
@@ -97,16 +116,107 @@ class Root:
             client.close()
 
     def wait_registered(self, bookie_id: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while bookie_id not in self.registered():
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"bookie {bookie_id} exited with {proc.returncode} before registering:\n"
-                    + tail(log)
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"bookie {bookie_id} did not register:\n" + tail(log))
-            time.sleep(0.2)
+        wait_for(
+            lambda: bookie_id in self.registered(), f"bookie {bookie_id} to register", proc, log
+        )
+
+    # -- auto-recovery's records, read as upstream's tools read them ---------------------
+
+    @property
+    def underreplication(self) -> str:
+        return f"{self.path}/underreplication"
+
+    def votes(self) -> list[str]:
+        """The auditor election's votes (``V_NNNNNNNNNN``), lowest first."""
+        return sorted(self._children(f"{self.underreplication}/auditorelection"))
+
+    def marks(self) -> dict[int, tuple[str, ...]]:
+        """Every under-replicated ledger and the replicas its mark names."""
+        found: dict[int, tuple[str, ...]] = {}
+        client = self.zk()
+        try:
+            level = [f"{self.underreplication}/ledgers"]
+            for _ in range(4):
+                level = [f"{p}/{c}" for p in level for c in _children(client, p)]
+            for parent in level:
+                for name in _children(client, parent):
+                    ledger_id = ledger_id_of_mark(name)
+                    data = _data(client, f"{parent}/{name}")
+                    if ledger_id is not None and data is not None:
+                        found[ledger_id] = decode_mark(data, f"{parent}/{name}")[0]
+        finally:
+            client.stop()
+            client.close()
+        return found
+
+    def auditor(self) -> str | None:
+        """The bookie id in the lowest vote (who is auditor, as upstream's tools read it)."""
+        votes = self.votes()
+        if not votes:
+            return None
+        path = f"{self.underreplication}/auditorelection/{votes[0]}"
+        client = self.zk()
+        try:
+            data = _data(client, path)
+        finally:
+            client.stop()
+            client.close()
+        return None if data is None else decode_vote(data, path)
+
+    def locks(self) -> list[str]:
+        return self._children(f"{self.underreplication}/locks")
+
+    def ledger(self, ledger_id: int) -> LedgerMetadata:
+        client = self.zk()
+        try:
+            data = _data(client, ledger_path(ledger_id, self.path))
+        finally:
+            client.stop()
+            client.close()
+        assert data is not None, f"ledger {ledger_id} has no metadata"
+        return LedgerMetadata.from_bytes(data)
+
+    def _children(self, path: str) -> list[str]:
+        client = self.zk()
+        try:
+            return _children(client, path)
+        finally:
+            client.stop()
+            client.close()
+
+
+def _children(client: KazooClient, path: str) -> list[str]:
+    try:
+        return list(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def _data(client: KazooClient, path: str) -> bytes | None:
+    try:
+        data, _ = client.get(path)
+    except NoNodeError:
+        return None
+    return bytes(data)
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    timeout: float = START_TIMEOUT,
+) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` (and the tail of ``log``) on a
+    timeout or when ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        detail = "" if log is None else ":\n" + tail(log)
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"exited with {proc.returncode} waiting for {what}{detail}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(0.2)
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -137,25 +247,72 @@ class Bookie:
         return self.proc.wait(timeout=timeout)
 
 
+@dataclass
+class Process:
+    """A started process of either kind (an auto-recovery daemon), its output in ``log``."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    bookie_id: str | None = None
+    """The id it votes with, when the test chose it."""
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
 @contextmanager
-def _registered_bookie(
-    kind: str, name: str, command: list[str], port: int, dirs: Path, where: Upstream | Bookiesim
-) -> Iterator[Bookie]:
-    """Start a bookie of either kind, its output in ``WORK/NAME.log``; yield it once it has
-    registered under the root, and kill it on leaving if it still runs."""
+def _started(
+    name: str,
+    command: list[str],
+    where: Upstream | Bookiesim,
+    ready: Callable[[subprocess.Popen[bytes], Path], None],
+) -> Iterator[Process]:
+    """Start a process of either kind, its output in ``WORK/NAME.log``; yield it once
+    ``ready`` returns, and kill it on leaving if it still runs."""
     log = where.work / f"{name}.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
         )
-    bookie = Bookie(kind, port, dirs, proc, log)
     try:
-        where.root.wait_registered(bookie.bookie_id, proc, log)
-        yield bookie
+        ready(proc, log)
+        yield Process(name, proc, log)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def _registered_bookie(
+    kind: str, name: str, command: list[str], port: int, dirs: Path, where: Upstream | Bookiesim
+) -> Iterator[Bookie]:
+    """Start a bookie of either kind; yield it once it has registered under the root."""
+    bookie_id = f"{HOST}:{port}"
+
+    def registered(proc: subprocess.Popen[bytes], log: Path) -> None:
+        where.root.wait_registered(bookie_id, proc, log)
+
+    with _started(name, command, where, registered) as started:
+        yield Bookie(kind, port, dirs, started.proc, started.log)
+
+
+@contextmanager
+def _voting_autorecovery(
+    name: str, command: list[str], where: Upstream | Bookiesim
+) -> Iterator[Process]:
+    """Start an auto-recovery daemon of either kind; yield it once it has entered the
+    auditor election (a new vote under ``underreplication/auditorelection``)."""
+    before = set(where.root.votes())
+
+    def voted(proc: subprocess.Popen[bytes], log: Path) -> None:
+        wait_for(lambda: bool(set(where.root.votes()) - before), f"{name} to vote", proc, log)
+
+    with _started(name, command, where, voted) as started:
+        yield started
 
 
 @dataclass
@@ -219,6 +376,19 @@ class Upstream:
         with _registered_bookie("upstream", name, command, port, dirs, self) as bookie:
             yield bookie
 
+    @contextmanager
+    def autorecovery(self, name: str, **settings: object) -> Iterator[Process]:
+        """Upstream's ``AutoRecoveryMain`` (auditor candidate and replication worker) with
+        :data:`AUTORECOVERY` and ``settings``; its id is ``HOST:port`` of a free port."""
+        port = free_port()
+        conf = self.conf(name, port, self.work / name, **{**AUTORECOVERY, **settings})
+        command = self._java(
+            "org.apache.bookkeeper.replication.AutoRecoveryMain", "--conf", str(conf)
+        )
+        with _voting_autorecovery(name, command, self) as process:
+            process.bookie_id = f"{HOST}:{port}"
+            yield process
+
     def shell(self, *args: str, v2: bool = False, timeout: float = SHELL_TIMEOUT) -> str:
         """Run a ``BookieShell`` command as a client of this root; its output, which must
         not report a failure (the shell exits 0 even when a client command failed)."""
@@ -247,13 +417,50 @@ class Upstream:
         assert f"{entries} entries written to ledger" in out, out[-4000:]
         return out
 
-    def read_ledger(self, ledger_id: int, *, recover: bool = False, v2: bool = False) -> list[int]:
-        """Entry ids upstream's client reads from the ledger (``-r``: open with recovery)."""
+    def read_ledger(
+        self,
+        ledger_id: int,
+        *,
+        recover: bool = False,
+        v2: bool = False,
+        bookie: str | None = None,
+        last: int | None = None,
+    ) -> list[int]:
+        """Entry ids upstream's client reads from the ledger (``-r``: open with recovery;
+        ``bookie``: ask that bookie alone, entry by entry up to ``last``)."""
         args = ["readledger", "-l", str(ledger_id), "-fe", "0"]
         if recover:
             args.append("-r")
+        if bookie is not None:
+            args += ["-b", bookie]
+        if last is not None:
+            args += ["-le", str(last)]
         out = self.shell(*args, v2=v2)
         return [int(m) for m in re.findall(r"Lid=\S+, Eid=(-?\d+)", out)]
+
+    def list_under_replicated(self) -> dict[int, list[str]]:
+        """``listunderreplicated -pmr``: each marked ledger and its missing replicas, as
+        upstream's tool reads the marks."""
+        out = self.shell("listunderreplicated", "-pmr")
+        found: dict[int, list[str]] = {}
+        current: list[str] | None = None
+        for line in out.splitlines():
+            message = line.split(" - ", 1)[1] if " - " in line else line
+            if re.fullmatch(r"\d+", message.strip()):
+                current = found.setdefault(int(message.strip()), [])
+            elif (
+                missing := re.match(r"\s*MissingReplica : (\S+)", message)
+            ) and current is not None:
+                current.append(missing[1])
+        count = re.search(r"Under replicated ledger count: (\d+)", out)
+        assert count is not None, out[-4000:]
+        assert int(count[1]) == len(found), out[-4000:]
+        return found
+
+    def who_is_auditor(self) -> str | None:
+        out = self.shell("whoisauditor")
+        found = re.search(r"Auditor: (\S+)", out)
+        return None if found is None else found[1]
 
 
 @dataclass
@@ -284,6 +491,22 @@ class Bookiesim:
             args += ["--set", setting]
         with _registered_bookie("bookiesim", name, args, port, dirs, self) as bookie:
             yield bookie
+
+    @contextmanager
+    def autorecovery(self, name: str, **settings: object) -> Iterator[Process]:
+        """``bookiesim autorecovery`` (auditor candidate and replication worker) with
+        :data:`AUTORECOVERY` and ``settings``, as ``--set`` upstream keys."""
+        values: Mapping[str, object] = {
+            "metadataServiceUri": self.root.uri,
+            "httpServerPort": 0,
+            **AUTORECOVERY,
+            **settings,
+        }
+        args = [sys.executable, "-m", "bookiesim", "autorecovery"]
+        for key, value in values.items():
+            args += ["--set", f"{key}={value}"]
+        with _voting_autorecovery(name, args, self) as process:
+            yield process
 
     def ledger(self, *args: str, v2: bool = False, stdin: str | None = None) -> str:
         cmd = [sys.executable, "-m", "bookiesim", "ledger", *args]
