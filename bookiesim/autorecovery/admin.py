@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.autorecovery.fragments import distribution, fragments_on, stored_entries
-from bookiesim.bookie.cookie_check import cookie_node
+from bookiesim.metadata.cookies import cookie_node
 from bookiesim.metadata.errors import NoNodeError, NoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.metadata.registration import live_bookies, read_only_bookies

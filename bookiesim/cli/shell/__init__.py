@@ -25,6 +25,7 @@ from bookiesim.cli.shell.autorecovery import register_autorecovery_commands
 from bookiesim.cli.shell.common import COMMON_JSON, Command, runner
 from bookiesim.cli.shell.cookies import register_cookie_commands
 from bookiesim.cli.shell.mlinfo import register_mlinfo
+from bookiesim.cli.shell.recovery import register_recovery_commands
 
 __all__ = ["register"]
 
@@ -95,6 +96,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     register_mlinfo(commands)
     register_cookie_commands(commands)
     register_autorecovery_commands(commands)
+    register_recovery_commands(commands)
 
     gc = commands.add_parser(
         "gc",
