@@ -5,9 +5,11 @@ copy, never twice, and the receiving bookie is told with a WriteClose (reason re
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
+import trio
 
 from bookiesim.autorecovery.config import AutoRecoveryConfig
 from bookiesim.autorecovery.fragments import ledger_fragments
@@ -15,6 +17,7 @@ from bookiesim.autorecovery.metrics import AutoRecoveryMetrics
 from bookiesim.autorecovery.replicator import FragmentReplicator
 from bookiesim.client import BKError, BookKeeper, NotEnoughBookiesError
 from bookiesim.cluster.in_process import FaultyConnector, running_cluster
+from bookiesim.metadata.ledgers import LedgerState
 from tests.autorecovery.replication_helpers import (
     CLIENT_CONFIG,
     missing_replicas,
@@ -296,3 +299,40 @@ async def test_the_swap_before_copy_bug_switch_names_a_bookie_without_the_entrie
         assert metadata.ensembles[0][0] == spare
         connector.clear_rules()
         assert {b for _, b in await missing_replicas(bk, lh.ledger_id, metadata)} == {spare}
+
+
+async def test_a_recovery_under_way_keeps_a_swap_made_meanwhile(tmp_path: Path) -> None:
+    """A worker heals a settled segment of a ledger that another client is recovering; the
+    recovery's close writes only the segments it changed, so the swap stands."""
+    connector = FaultyConnector()
+    async with (
+        running_cluster(tmp_path, 5) as cluster,
+        BookKeeper(cluster.store, config=CLIENT_CONFIG) as bk,
+        BookKeeper(cluster.store, bookie_connector=connector, config=CLIENT_CONFIG) as bk2,
+    ):
+        lh = await write_ledger(bk, 3, 2, 2, 10, close=False)
+        lost = lh.ensemble[1]
+        await cluster.stop_bookie(lost)
+        for i in range(10, 15):
+            await lh.add_entry(payload(lh.ledger_id, i))
+        assert lost not in lh.ensemble
+
+        def hold_recovery_adds(bookie: str, request: pb.Request) -> str | None:
+            add = request.addRequest if request.HasField("addRequest") else None
+            return "hold" if add is not None and add.flag == add.RECOVERY_ADD else None
+
+        connector.add_rule(hold_recovery_adds)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(bk2.open_ledger, lh.ledger_id, recovery=True))
+            with trio.fail_after(5):
+                while not connector.held:  # noqa: ASYNC110 (filled by a callback)
+                    await trio.sleep(0.01)
+            result = await FragmentReplicator(bk, CONFIG).replicate_ledger(lh.ledger_id, {lost})
+            assert result.healed
+            assert result.metadata.state is LedgerState.IN_RECOVERY
+            connector.clear_rules()
+            await connector.release()
+        metadata, _ = await bk.read_metadata(lh.ledger_id)
+        assert metadata.is_closed
+        assert lost not in metadata.bookies()
+        assert await missing_replicas(bk, lh.ledger_id, metadata) == []
