@@ -282,3 +282,36 @@ async def test_a_registered_bookie_missing_entries_is_replaced(tmp_path: Path) -
         healed, _ = await bk.read_metadata(ledger_id)
         assert healed.ensembles[0] == (a, c)
         assert await missing_replicas(bk, ledger_id, healed) == []
+
+
+async def test_an_open_ledger_without_a_spare_stays_in_recovery_until_a_bookie_comes(
+    tmp_path: Path,
+) -> None:
+    """Upstream's recorded timeline (vectors zk/05, 06): with no spare bookie the worker's
+    recovery of an open E=3 Qw=3 ledger leaves it IN_RECOVERY and the mark stays; a new bookie
+    lets the next attempt close it and copy the lost bookie's share."""
+    async with (
+        running_cluster(tmp_path, 3) as cluster,
+        BookKeeper(cluster.store, config=CLIENT_CONFIG) as bk,
+    ):
+        lh = await write_ledger(bk, 3, 3, 2, 10, close=False)
+        lost = lh.ensemble[1]
+        await cluster.stop_bookie(lost)
+        urm = UnderReplicationManager(cluster.store)
+        await urm.mark_under_replicated(lh.ledger_id, [lost])
+        worker = ReplicationWorker(bk, urm, CONFIG, AutoRecoveryMetrics(), owner="w")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            with trio.fail_after(10):
+                while (await bk.read_metadata(lh.ledger_id))[0].state is LedgerState.OPEN:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            assert (await bk.read_metadata(lh.ledger_id))[0].state is LedgerState.IN_RECOVERY
+            assert await urm.count() == 1
+            new = await cluster.start_bookie()
+            await wait_for_no_marks(urm)
+            nursery.cancel_scope.cancel()
+        metadata, _ = await bk.read_metadata(lh.ledger_id)
+        assert metadata.is_closed
+        assert metadata.last_entry_id == 9
+        assert all(segment[1] == new for segment in metadata.ensembles.values())
+        assert await missing_replicas(bk, lh.ledger_id, metadata) == []
