@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.metadata.errors import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from bookiesim.metadata.errors import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    StoreUnavailableError,
+)
 from bookiesim.metadata.store import MetadataStore, Versioned, join_path, parent_path
 from bookiesim.metadata.underreplication_control import (
     IncompatibleLayoutError,
@@ -193,22 +199,24 @@ class UnderReplicationManager(UnderReplicationControl):
 
     async def under_replicated(self) -> list[UnderReplicatedLedger]:
         """Every mark, by ledger id."""
-        marks, _ = await self._walk()
+        marks, _, _ = await self._walk()
         self._last_scan = _Scan(frozenset(marks), frozenset(await self._lock_names()))
         found = [m for m in [await self.get(ledger_id) for ledger_id in sorted(marks)] if m]
         return found
 
     async def count(self) -> int:
         """How many ledgers are marked (without reading the marks)."""
-        marks, _ = await self._walk()
+        marks, _, _ = await self._walk()
         return len(marks)
 
-    async def _walk(self) -> tuple[list[int], list[str]]:
-        """The marked ledger ids, and the directories whose child lists a new mark changes:
-        ``ledgers/`` and the hex levels above the innermost, plus innermost directories that
-        hold no mark (only transiently: a mark being created or pruned)."""
+    async def _walk(self) -> tuple[list[int], list[str], list[str]]:
+        """The marked ledger ids; the directories whose child lists a new mark changes
+        (``ledgers/`` and the hex levels above the innermost, plus innermost directories
+        that hold no mark); and the directories with no child at all: transient (a mark
+        being made or pruned) or left by a pruning cut short by a lost reply."""
         marks: list[int] = []
         dirs: list[str] = []
+        empty: list[str] = []
         level = [self._ledgers]
         for depth in range(MARK_DEPTH + 1):
             below: list[str] = []
@@ -217,6 +225,8 @@ class UnderReplicationManager(UnderReplicationControl):
                     names = await self._store.children(path)
                 except NoNodeError:
                     continue  # pruned while we walked
+                if depth and not names:
+                    empty.append(path)
                 if depth < MARK_DEPTH:
                     dirs.append(path)
                     below.extend(join_path(path, name) for name in names)
@@ -231,7 +241,7 @@ class UnderReplicationManager(UnderReplicationControl):
                 if not held:
                     dirs.append(path)
             level = below
-        return marks, dirs
+        return marks, dirs, empty
 
     # --- locks --------------------------------------------------------------------------
 
@@ -253,6 +263,11 @@ class UnderReplicationManager(UnderReplicationControl):
             await self._store.create(path, encode_lock(owner), ephemeral=True, make_parents=True)
         except NodeExistsError:
             return None
+        except StoreUnavailableError:
+            # ZooKeeper may have made the lock before the reply was lost: unless it is ours,
+            # let the caller retry; if it is, give it back rather than leak it for a session.
+            if await self._held(LedgerLock(ledger_id, -1, owner, self._store.session_id)) is None:
+                raise
         lock = LedgerLock(ledger_id, -1, owner, self._store.session_id)
         node = await self._store.get(mark)  # read after locking: replicated meanwhile?
         if node is None:
@@ -263,7 +278,9 @@ class UnderReplicationManager(UnderReplicationControl):
     async def lock_next(self, owner: str, *, skip: Collection[int] = ()) -> LedgerLock | None:
         """Lock some marked ledger that nobody holds and that is not in ``skip`` (tried in
         random order, so that workers spread); None if there is none now."""
-        marks, _ = await self._walk()
+        marks, _, empty = await self._walk()
+        for path in empty:  # workers tidy up what a pruning cut short left behind
+            await self._prune(path)
         locks = await self._lock_names()
         self._last_scan = _Scan(frozenset(marks), frozenset(locks))
         held = set(locks)
@@ -283,7 +300,7 @@ class UnderReplicationManager(UnderReplicationControl):
         async with trio.open_nursery() as nursery:
             watched: set[str] = set()
             while True:
-                marks, dirs = await self._walk()
+                marks, dirs, _ = await self._walk()
                 new = [d for d in [*dirs, self._locks] if d not in watched]
                 if not new:
                     break
@@ -317,26 +334,29 @@ class UnderReplicationManager(UnderReplicationControl):
         try:
             try:
                 await self._store.delete(path, lock.mark_version)
-            except (NoNodeError, BadVersionError):
+            except BadVersionError:
                 return False
-            await self._prune(path)
+            except NoNodeError:
+                # Gone already (a retry after a lost reply?): its parents may still be there.
+                await self._prune(parent_path(path))
+                return False
+            await self._prune(parent_path(path))
             return True
         finally:
             await self._unlock(lock, held)
 
-    async def _prune(self, path: str) -> None:
-        parent = path
-        for _ in range(MARK_DEPTH):
-            parent = parent_path(parent)
-            node = await self._store.get(parent)
-            if node is None:
-                continue
-            try:
-                await self._store.delete(parent, node.version)
-            except NoNodeError:
-                continue
-            except (NotEmptyError, BadVersionError):
-                return  # another ledger's mark lives below: the rest is not empty either
+    async def _prune(self, directory: str) -> None:
+        """Delete ``directory`` and then each parent below ``ledgers/`` while empty."""
+        while directory != self._ledgers:
+            node = await self._store.get(directory)
+            if node is not None:
+                try:
+                    await self._store.delete(directory, node.version)
+                except NoNodeError:
+                    pass
+                except (NotEmptyError, BadVersionError):
+                    return  # another ledger's mark lives below: the rest is not empty either
+            directory = parent_path(directory)
 
     async def release(self, lock: LedgerLock) -> None:
         """Give the lock up without touching the mark. Does nothing if the lock is no longer

@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from bookiesim.cluster.in_process import TrioThread
-from bookiesim.metadata.errors import NoNodeError
+from bookiesim.metadata.errors import NoNodeError, StoreUnavailableError
+from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.sqlite_store import SqliteStore
 from bookiesim.metadata.store import join_path
@@ -53,7 +54,7 @@ from bookiesim.metadata.zk_store import ZkStore
 from tests.metadata.helpers import Backend
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from bookiesim.metadata import MetadataStore
     from bookiesim.metadata.testing import ZooKeeperServer
@@ -330,6 +331,128 @@ async def test_an_expired_lock_is_someone_elses_afterwards(backend: Backend) -> 
         assert await urm.lock_owner(4) == "w"
         assert await urm.get(4) is not None
         assert await urm.mark_replicated(new)
+
+
+# --- races and lost replies, injected ------------------------------------------------------
+
+
+class Bent(ForwardingStore):
+    """A memory store whose next call of one kind, on a path passing ``when``, runs ``hook``
+    first (another client acting meanwhile) and/or applies then loses its reply."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore())
+        self.op = ""
+        self.when: Callable[[str], bool] = lambda _path: False
+        self.hook: Callable[[], Awaitable[object]] | None = None
+        self.fail_before: type[Exception] | None = None
+        self.lose_reply = False
+
+    def bend(
+        self,
+        op: str,
+        when: Callable[[str], bool],
+        *,
+        hook: Callable[[], Awaitable[object]] | None = None,
+        fail_before: type[Exception] | None = None,
+        lose_reply: bool = False,
+    ) -> None:
+        self.op, self.when, self.hook = op, when, hook
+        self.fail_before, self.lose_reply = fail_before, lose_reply
+
+    async def _bent(self, op: str, path: str) -> bool:
+        if op != self.op or not self.when(path):
+            return False
+        self.op = ""  # once
+        if self.hook is not None:
+            await self.hook()
+        if self.fail_before is not None:
+            raise self.fail_before(path)
+        return self.lose_reply
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        lose = await self._bent("create", path)
+        made = await self.inner.create(
+            path, value, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
+        )
+        if lose:
+            raise StoreUnavailableError(f"{path}: connection lost")
+        return made
+
+    async def delete(self, path: str, expected_version: int = -1) -> None:
+        lose = await self._bent("delete", path)
+        await self.inner.delete(path, expected_version)
+        if lose:
+            raise StoreUnavailableError(f"{path}: connection lost")
+
+
+async def test_a_lock_whose_reply_was_lost_is_ours_not_leaked() -> None:
+    store = Bent()
+    urm = manager(store)
+    await urm.mark_under_replicated(1, ["b"])
+    store.bend("create", lambda p: "/locks/" in p, lose_reply=True)
+    lock = await urm.try_lock(1, "w")
+    assert lock == LedgerLock(1, 0, "w", store.session_id)
+    assert await urm.mark_replicated(lock)
+    assert await check_tree(store) == {}
+    # Lost before it was made: the caller hears of it, and nothing is held.
+    await urm.mark_under_replicated(1, ["b"])
+    store.bend("create", lambda p: "/locks/" in p, fail_before=StoreUnavailableError)
+    with pytest.raises(StoreUnavailableError):
+        await urm.try_lock(1, "w")
+    assert await urm.lock_owner(1) is None
+
+
+async def test_a_pruning_cut_short_is_finished_by_the_next_scan() -> None:
+    store = Bent()
+    urm = manager(store)
+    await urm.mark_under_replicated(1, ["b"])
+    lock = await urm.try_lock(1, "w")
+    assert lock is not None
+    store.bend("delete", lambda p: p.endswith("urL0000000001"), lose_reply=True)
+    with pytest.raises(StoreUnavailableError):
+        await urm.mark_replicated(lock)
+    assert await urm.lock_owner(1) is None  # released all the same, as upstream does
+    assert await urm.get(1) is None
+    with pytest.raises(AssertionError, match="empty directory left behind"):
+        await check_tree(store)
+    assert await urm.lock_next("w") is None  # a worker's scan tidies up
+    assert await check_tree(store) == {}
+    # A retry of the same token, had the lock still been held, prunes as well.
+    await urm.mark_under_replicated(2, ["b"])
+    lock = await urm.try_lock(2, "w")
+    assert lock is not None
+    await store.inner.delete(mark_path(ROOT, 2))
+    assert not await urm.mark_replicated(lock)
+    assert await check_tree(store) == {}
+
+
+async def test_a_mark_made_while_its_parents_are_pruned() -> None:
+    store = Bent()
+    urm, other = manager(store), manager(store.inner)
+    await urm.mark_under_replicated(1, ["b"])
+    lock = await urm.try_lock(1, "w")
+    assert lock is not None
+    # Ledger 2 is marked just as ledger 1's replication prunes their shared directories.
+    store.bend(
+        "delete",
+        lambda p: p.endswith("/0000/0000/0000"),
+        hook=lambda: other.mark_under_replicated(2, ["b"]),
+    )
+    assert await urm.mark_replicated(lock)
+    assert set(await check_tree(store)) == {2}
+    # The other way round: a directory made for a mark is pruned before the mark lands.
+    store.bend("create", lambda p: p.endswith("urL0000000003"), fail_before=NoNodeError)
+    await urm.mark_under_replicated(3, ["b"])
+    assert set(await check_tree(store)) == {2, 3}
 
 
 # --- waiting for marks -------------------------------------------------------------------------
