@@ -241,7 +241,9 @@ class UnderReplicationControl:
         vote = await self._store.get(vote_path)
         if vote is None:
             raise NoNodeError(vote_path, "auditor vote is gone (its session ended)")
-        await self._store.set(self._election, vote.value, ANY_VERSION)
+        shown = await self._store.get(self._election)
+        if shown is None or shown.value != vote.value:  # asked again: no churn
+            await self._store.set(self._election, vote.value, ANY_VERSION)
         return True
 
     async def withdraw(self, vote_path: str) -> None:
@@ -262,9 +264,10 @@ class UnderReplicationControl:
 
     @asynccontextmanager
     async def watch_election(self) -> AsyncIterator[AsyncIterator[None]]:
-        """Yields at once and whenever a vote comes or goes (or the election node changes)."""
+        """Yields at once and whenever a vote comes or goes (not when the elected auditor
+        writes its vote into the election node: that changes nobody's standing)."""
         async with self._store.watch(self._election) as changes:
-            yield _Mapped(changes, _nothing)
+            yield _Mapped(_VotesChanged(changes), _nothing)
 
     # --- the last check of all ledgers ------------------------------------------------------
 
@@ -275,6 +278,25 @@ class UnderReplicationControl:
 
     async def set_check_all_ledgers_ctime(self, ms: int) -> None:
         await self._put(CHECK_ALL_LEDGERS_CTIME, encode_check_all_ledgers_ctime(ms))
+
+
+class _VotesChanged:
+    """A watch's changes, less those that only changed the node's data."""
+
+    def __init__(self, changes: AsyncIterator[Change]) -> None:
+        self._changes = changes
+        self._last: tuple[bool, int] | None = None
+
+    def __aiter__(self) -> _VotesChanged:
+        return self
+
+    async def __anext__(self) -> Change:
+        while True:
+            change = await anext(self._changes)
+            seen = (change.exists, change.children_version)
+            if seen != self._last:
+                self._last = seen
+                return change
 
 
 class _Mapped(Generic[_T]):

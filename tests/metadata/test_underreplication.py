@@ -578,13 +578,25 @@ async def test_election_in_one_session(any_store: MetadataStore) -> None:
     election = await any_store.get(f"{BASE}/auditorelection")
     assert election is not None
     assert (election.value, election.version) == (b'bookieId: "127.0.0.1:3181"\n', 1)
+    assert await urm.elected(first)  # asked again: not written again
+    election = await any_store.get(f"{BASE}/auditorelection")
+    assert election is not None
+    assert election.version == 1
     async with urm.watch_election() as changes:
         with trio.fail_after(10):
             await anext(changes)
+            # The election node's data changes nobody's standing: no news.
+            await any_store.set(f"{BASE}/auditorelection", b"", -1)
+            with trio.move_on_after(0.3) as quiet:
+                await anext(changes)
+            assert quiet.cancelled_caught
             await urm.withdraw(first)
             await anext(changes)
     assert await urm.auditor() == "127.0.0.1:3182"
     assert await urm.elected(second)
+    election = await any_store.get(f"{BASE}/auditorelection")
+    assert election is not None
+    assert election.value == b'bookieId: "127.0.0.1:3182"\n'
     with pytest.raises(NoNodeError, match="V_0000000000: auditor vote is gone"):
         await urm.elected(first)
     await urm.withdraw(first)  # twice: nothing
