@@ -150,12 +150,12 @@ class ReplicationWorker:
         task_status.started()
         try:
             while True:
-                await self.release_due()
-                if not await self.urm.is_enabled():
-                    with trio.move_on_at(self._next_due()):
-                        await self.urm.wait_until_enabled()
-                    continue
                 try:
+                    await self.release_due()
+                    if not await self.urm.is_enabled():
+                        with trio.move_on_at(self._next_due()):
+                            await self.urm.wait_until_enabled()
+                        continue
                     step = await self.step()
                 except MetadataError as exc:  # the store is unreachable for now
                     log.warning("replication worker: %s", exc)
@@ -206,7 +206,8 @@ class ReplicationWorker:
                     await self._recover_if_still_open(kept.lock.ledger_id)
             finally:
                 del self._kept[kept.lock.ledger_id]
-                await self.urm.release(kept.lock)
+                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                    await self.urm.release(kept.lock)
         return len(due)
 
     async def release_kept(self) -> None:
