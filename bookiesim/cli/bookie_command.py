@@ -1,10 +1,17 @@
-"""``bookiesim bookie --conf FILE [--set key=value ...]``: run one bookie in this process."""
+"""``bookiesim bookie --conf FILE [--set key=value ...]``: run one bookie in this process.
+
+With ``autoRecoveryDaemonEnabled=true`` the process also runs auto-recovery (the auditor
+election and a replication worker) beside the bookie, on its metadata session, as upstream's
+``BookieServer`` does: this module is where the two are put together, so the bookie never
+imports auto-recovery.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING
 
+from bookiesim.autorecovery.service import AutoRecoveryCompanion
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.process import main_sync
@@ -20,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Run one bookie. When it serves, one JSON line goes to stdout with bookiePort, "
             "httpServerPort, bookieId and pid. SIGINT/SIGTERM stop it after a final checkpoint; "
-            "the exit code is 3 if that stop logged a disk error, 2 for a bad configuration."
+            "the exit code is 3 if that stop logged a disk error, 2 for a bad configuration. "
+            "With autoRecoveryDaemonEnabled=true it also runs auto-recovery."
         ),
     )
     add_config_arguments(parser)
@@ -55,4 +63,12 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"bookiesim bookie: {exc}", file=sys.stderr)
         return exit_codes.BAD_CONFIGURATION
-    return main_sync(cfg)
+    if cfg.auto_recovery_daemon_enabled and not cfg.metadata_service_uri:
+        print(
+            "bookiesim bookie: autoRecoveryDaemonEnabled=true needs a metadata store: "
+            "set metadataServiceUri",
+            file=sys.stderr,
+        )
+        return exit_codes.BAD_CONFIGURATION
+    companions = [AutoRecoveryCompanion()] if cfg.auto_recovery_daemon_enabled else []
+    return main_sync(cfg, companions)

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from bookiesim.cli import (
+    autorecovery_command,
     bench_command,
     bookie_command,
     cluster_command,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 COMMANDS = (
     shell,
     bookie_command,
+    autorecovery_command,
     cluster_command,
     ledger_command,
     topic_command,
