@@ -16,6 +16,13 @@ the ``writeClose`` feature, as a bookie process will register itself. Bookies ca
 (optionally leaving a stale registration behind, as a crashed bookie does until its session
 expires) and restarted on the same port and directories.
 
+With ``autorecovery`` (an :class:`~bookiesim.autorecovery.config.AutoRecoveryConfig`) each
+bookie also runs auto-recovery beside it, as ``autoRecoveryDaemonEnabled=true`` does in a
+bookie process: an :class:`~bookiesim.autorecovery.service.AutoRecoveryService` voting with
+the bookie's id, started once the bookie is registered and stopped before the bookie stops
+(its vote and locks go with it). Its admin routes are on :attr:`ClusterBookie.admin`, an
+:class:`~bookiesim.bookie.http_admin.AdminRouter` tests can ``dispatch`` to.
+
 :class:`FaultyConnector` is a bookie connector for :class:`~bookiesim.client.BookKeeper`
 that can drop or hold the requests a client sends, by rule: enough to replay the message
 orders of the TLA+ model's counterexamples (invariants §5) over real sockets.
@@ -37,6 +44,8 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 import trio
 
+from bookiesim.autorecovery.service import AutoRecoveryService
+from bookiesim.bookie.http_admin import AdminRouter
 from bookiesim.bookie.process import BookieService
 from bookiesim.client.bookie_pool import tcp_connector
 from bookiesim.cluster.testing import bookie_config
@@ -48,6 +57,7 @@ from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
 from bookiesim.proto.v3 import parse_request
 
 if TYPE_CHECKING:
+    from bookiesim.autorecovery.config import AutoRecoveryConfig
     from bookiesim.metadata.store import MetadataStore
 
 __all__ = [
@@ -108,6 +118,12 @@ class ClusterBookie:
     registration_scope: trio.CancelScope | None = None
     registration_ended: trio.Event = field(default_factory=trio.Event)
     stopped: trio.Event = field(default_factory=trio.Event)
+    autorecovery: AutoRecoveryService | None = None
+    """Auto-recovery beside this bookie, while it runs (see the module docstring)."""
+    autorecovery_scope: trio.CancelScope | None = None
+    autorecovery_ended: trio.Event = field(default_factory=trio.Event)
+    admin: AdminRouter = field(default_factory=AdminRouter)
+    """The auto-recovery admin routes of the running service (empty without one)."""
 
     @property
     def bookie_id(self) -> str:
@@ -121,11 +137,19 @@ class ClusterBookie:
 class LocalCluster:
     """Bookies and a metadata store in the current trio run; see :func:`running_cluster`."""
 
-    def __init__(self, root: Path, store: MetadataStore, uri: str, nursery: trio.Nursery):
+    def __init__(
+        self,
+        root: Path,
+        store: MetadataStore,
+        uri: str,
+        nursery: trio.Nursery,
+        autorecovery: AutoRecoveryConfig | None = None,
+    ):
         self.root = root
         self.store = store
         self.uri = uri
         self._nursery = nursery
+        self.autorecovery = autorecovery
         self.bookies: dict[str, ClusterBookie] = {}
         self._count = 0
 
@@ -166,7 +190,38 @@ class LocalCluster:
         self.bookies[cb.bookie_id] = cb
         if register:
             await self.register(cb.bookie_id)
+            if self.autorecovery is not None:
+                await self._nursery.start(self._run_autorecovery, cb, self.autorecovery)
         return cb.bookie_id
+
+    async def _run_autorecovery(
+        self,
+        cb: ClusterBookie,
+        config: AutoRecoveryConfig,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        service = AutoRecoveryService(self.store, config, bookie_id=cb.bookie_id)
+        cb.admin = AdminRouter()
+        service.add_routes(cb.admin)
+        scope = cb.autorecovery_scope = trio.CancelScope()
+        cb.autorecovery_ended = ended = trio.Event()
+        try:
+            with scope:
+                cb.autorecovery = service
+                await service.run(task_status=task_status)
+        finally:
+            cb.autorecovery = None
+            if cb.autorecovery_scope is scope:
+                cb.autorecovery_scope = None
+            ended.set()
+
+    async def stop_autorecovery(self, bookie_id: str) -> None:
+        """Stop the auto-recovery beside a bookie (its vote and locks go with it)."""
+        cb = self.bookies[bookie_id]
+        if cb.autorecovery_scope is not None:
+            cb.autorecovery_scope.cancel()
+            await cb.autorecovery_ended.wait()
 
     async def _run_bookie(
         self, cb: ClusterBookie, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -241,6 +296,7 @@ class LocalCluster:
         ``unregister=False`` its registration stays, like a crashed bookie's until its
         session expires, so clients may still pick it and fail to connect."""
         cb = self.bookies[bookie_id]
+        await self.stop_autorecovery(bookie_id)
         if unregister:
             await self.unregister(bookie_id)
         service = cb.service
@@ -258,16 +314,18 @@ async def running_cluster(
     overrides: Mapping[str, object] | None = None,
     metadata_uri: str | None = None,
     store: MetadataStore | None = None,
+    autorecovery: AutoRecoveryConfig | None = None,
 ) -> AsyncIterator[LocalCluster]:
     """``n`` registered in-process bookies under ``root`` and a metadata store — SQLite in
     ``root/meta.db`` unless ``metadata_uri`` names another, or ``store`` if given (already
     open, e.g. a :class:`~bookiesim.metadata.memory_store.MemoryStore` for virtual time;
     the caller closes it) — for the duration of the block. ``overrides`` are bookie config
-    fields (``BookieConfig.replace`` names) for every bookie."""
+    fields (``BookieConfig.replace`` names) for every bookie; ``autorecovery`` runs
+    auto-recovery beside each bookie with that configuration."""
     await trio.Path(root).mkdir(parents=True, exist_ok=True)
     uri = metadata_uri or f"sqlite://{(root / 'meta.db').resolve()}"
     async with _opened_store(uri, store) as opened, trio.open_nursery() as nursery:
-        cluster = LocalCluster(root, opened, opened.uri if store else uri, nursery)
+        cluster = LocalCluster(root, opened, opened.uri if store else uri, nursery, autorecovery)
         try:
             await ensure_cluster(opened)  # as a bookie process does at start
             for _ in range(n):
