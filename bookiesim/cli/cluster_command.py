@@ -7,6 +7,11 @@ it), writes a Prometheus scrape config to ``DIR/prometheus.yml`` and the cluster
 to ``DIR/cluster.json``, and returns once every bookie serves and is registered. ``status``
 reads that file and asks each bookie; ``down`` stops them (SIGTERM, a final checkpoint each;
 SIGKILL after a timeout).
+
+Every bookie runs auto-recovery unless ``--no-autorecovery``: kill one and the others copy
+its ledgers' entries after ``lostBookieRecoveryDelay`` (``--set lostBookieRecoveryDelay=N``;
+default 0, as upstream's). ``status`` shows the elected auditor and the under-replicated
+ledgers.
 """
 
 from __future__ import annotations
@@ -41,6 +46,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="configuration for every bookie (repeatable)",
     )
     up.add_argument(
+        "--no-autorecovery",
+        dest="autorecovery",
+        action="store_false",
+        help="do not run auto-recovery in the bookies (default: every bookie runs it)",
+    )
+    up.add_argument(
         "--prometheus",
         action="store_true",
         help="also start Prometheus (Debian's prometheus package) scraping every bookie",
@@ -73,6 +84,7 @@ def _up(args: argparse.Namespace) -> int:
                 args.settings,
                 prometheus=args.prometheus,
                 scrape_interval=args.scrape_interval,
+                autorecovery=args.autorecovery,
             )
     except ClusterError as exc:
         console.print(f"cluster up: {exc}", markup=False)
@@ -135,6 +147,15 @@ def _status(args: argparse.Namespace) -> int:
             "" if b["leastUnflushedLogId"] is None else str(b["leastUnflushedLogId"]),
         )
     console.print(table)
+    autorecovery = status["autorecovery"]
+    if autorecovery is not None:
+        auditor = autorecovery["auditor"] or "none elected"
+        paused = "" if autorecovery["enabled"] else " (re-replication disabled)"
+        console.print(
+            f"auto-recovery: auditor {auditor}; under-replicated ledgers "
+            f"{autorecovery['underReplicated']}{paused}",
+            markup=False,
+        )
     prometheus = status["prometheus"]
     if prometheus:
         state = "running" if prometheus["running"] else "stopped"

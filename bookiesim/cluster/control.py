@@ -7,6 +7,12 @@ Prometheus scrape config in ``DIR/prometheus.yml`` and the cluster's description
 :func:`cluster_status` reads that file and asks each bookie; :func:`cluster_down` stops them
 (SIGTERM, a final checkpoint each; SIGKILL after a timeout). ``bookiesim cluster`` and
 ``bookiesim demo`` are its front-ends.
+
+Auto-recovery runs by default, inside every bookie (``autoRecoveryDaemonEnabled=true``, as
+upstream's bookies can run it): one of them is elected auditor, each runs a replication
+worker, so a bookie that dies is re-replicated by the others after ``lostBookieRecoveryDelay``.
+``autorecovery=False`` (``cluster up --no-autorecovery``), or the user's own
+``--set autoRecoveryDaemonEnabled=false``, leaves it out.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from bookiesim.cluster.prometheus import PrometheusError, start_prometheus, stop
 from bookiesim.metadata import open_store
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.registration import live_bookies, watch_live_bookies
+from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -95,10 +102,13 @@ def start_cluster(
     metadata: str | None,
     settings: list[str],
     scrape_interval: str = "5s",
+    *,
+    autorecovery: bool = True,
 ) -> tuple[list[LocalBookie], dict[str, Any]]:
     """Start ``bookies`` bookie processes under ``root``, wait until each serves and is
     registered, and write ``cluster.json`` and the scrape config. The processes stay
-    children of the caller (see :func:`detach`)."""
+    children of the caller (see :func:`detach`). ``autorecovery`` runs auto-recovery in
+    every bookie (``settings`` may still say otherwise: they come last, so they win)."""
     root.mkdir(parents=True, exist_ok=True)
     if (root / STATE_FILE).exists():
         state = read_state(root)
@@ -106,11 +116,12 @@ def start_cluster(
         if running:
             raise ClusterError(f"a cluster is already running in {root}: {', '.join(running)}")
     uri = metadata or default_metadata_uri(root)
+    defaults = [f"autoRecoveryDaemonEnabled={'true' if autorecovery else 'false'}"]
     started: list[LocalBookie] = []
     try:
         for n in range(1, bookies + 1):
             bookie_root = root / f"bookie-{n}"
-            extra = [f"metadataServiceUri={uri}", *settings]
+            extra = [f"metadataServiceUri={uri}", *defaults, *settings]
             started.append(
                 spawn_bookie(f"bookie-{n}", bookie_root, bookie_settings(bookie_root, *extra))
             )
@@ -159,10 +170,13 @@ def cluster_up(
     *,
     prometheus: bool = False,
     scrape_interval: str = "5s",
+    autorecovery: bool = True,
 ) -> dict[str, Any]:
     """Start the bookies (see :func:`start_cluster`) and, with ``prometheus``, a Prometheus
     scraping them; ``state["prometheusError"]`` says why none runs when one was asked for."""
-    started, state = start_cluster(root, bookies, metadata, settings, scrape_interval)
+    started, state = start_cluster(
+        root, bookies, metadata, settings, scrape_interval, autorecovery=autorecovery
+    )
     detach(started)
     if prometheus:
         try:
@@ -212,9 +226,27 @@ async def registered_ids(uri: str) -> set[str] | None:
         return None
 
 
+async def autorecovery_status(uri: str) -> dict[str, Any] | None:
+    """The cluster's auto-recovery as the store shows it: the elected auditor (None: none
+    is), the ledgers marked under-replicated, and whether re-replication is enabled; None
+    when the store cannot be read."""
+    try:
+        with trio.fail_after(5):
+            async with open_store(uri) as store:
+                urm = UnderReplicationManager(store)
+                return {
+                    "auditor": await urm.auditor(),
+                    "underReplicated": await urm.count(),
+                    "enabled": await urm.is_enabled(),
+                }
+    except (MetadataError, OSError, trio.TooSlowError):
+        return None
+
+
 def cluster_status(root: Path) -> dict[str, Any]:
     state = read_state(root)
     registered = trio.run(registered_ids, state["metadata"])
+    autorecovery = trio.run(autorecovery_status, state["metadata"])
     prometheus = state.get("prometheus")
     if prometheus is not None:
         prometheus = dict(prometheus, running=pid_alive(prometheus["pid"]))
@@ -222,6 +254,7 @@ def cluster_status(root: Path) -> dict[str, Any]:
         "dir": str(root),
         "metadata": state["metadata"],
         "prometheus": prometheus,
+        "autorecovery": autorecovery,
         "bookies": [bookie_status(b, registered) for b in state["bookies"]],
     }
 
