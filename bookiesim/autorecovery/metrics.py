@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bookiesim.bookie.metrics import Kind, MetricSpec, render_registry
+from bookiesim.bookie.metrics import (
+    Kind,
+    MetricFamilies,
+    MetricSpec,
+    markdown_rows,
+    render_registry,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -242,49 +248,18 @@ class AutoRecoveryMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry: Final = registry if registry is not None else CollectorRegistry()
-        self._m: dict[str, Counter | Gauge | Histogram] = {}
-        for spec in METRICS:
-            self._m[spec.name] = self._build(spec)
+        self._families: Final = MetricFamilies(self.registry, METRICS)
         self._gauge("autorecovery_is_auditor").set(0)
         self._gauge("autorecovery_under_replicated_ledgers").set(0)
 
-    def _build(self, spec: MetricSpec) -> Counter | Gauge | Histogram:
-        unit = spec.unit if spec.prom_unit else ""
-        help_text = spec.meaning.replace("`", "")
-        metric: Counter | Gauge | Histogram
-        if spec.kind is Kind.COUNTER:
-            metric = Counter(spec.name, help_text, spec.labels, unit=unit, registry=self.registry)
-        elif spec.kind is Kind.GAUGE:
-            metric = Gauge(spec.name, help_text, spec.labels, unit=unit, registry=self.registry)
-        else:
-            metric = Histogram(
-                spec.name,
-                help_text,
-                spec.labels,
-                unit=unit,
-                buckets=spec.buckets,
-                registry=self.registry,
-            )
-        if spec.label_values:
-            (label,) = spec.labels
-            for value in spec.label_values:
-                metric.labels(**{label: value})
-        return metric
-
     def _counter(self, name: str) -> Counter:
-        metric = self._m[name]
-        assert isinstance(metric, Counter), name
-        return metric
+        return self._families.counter(name)
 
     def _gauge(self, name: str) -> Gauge:
-        metric = self._m[name]
-        assert isinstance(metric, Gauge), name
-        return metric
+        return self._families.gauge(name)
 
     def _histogram(self, name: str) -> Histogram:
-        metric = self._m[name]
-        assert isinstance(metric, Histogram), name
-        return metric
+        return self._families.histogram(name)
 
     def _labelled(self, name: str, value: str, allowed: tuple[str, ...]) -> Counter:
         if value not in allowed:
@@ -385,17 +360,7 @@ Prometheus provider exports them with the `replication` scope (`ReplicationStats
 def render_markdown() -> str:
     """``docs/autorecovery-metrics.md``, generated from :data:`METRICS`."""
     out = [_DOC_INTRO.rstrip("\n"), "", "## Metrics", ""]
-    out.append("| metric | type | unit | labels | meaning | upstream |")
-    out.append("|---|---|---|---|---|---|")
-    for spec in METRICS:
-        labels = []
-        for label in spec.labels:
-            values = ", ".join(f"`{v}`" for v in spec.label_values)
-            labels.append(f"`{label}`: {values}" if values else f"`{label}`")
-        out.append(
-            f"| `{spec.name}` | {spec.kind.value} | {spec.unit or '-'} "
-            f"| {'<br>'.join(labels) or '-'} | {spec.meaning} | {spec.upstream} |"
-        )
+    out += markdown_rows(METRICS)
     out += [
         "",
         "## Histogram buckets",

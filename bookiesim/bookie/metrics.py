@@ -70,8 +70,10 @@ __all__ = [
     "WRITE_CLOSE_OUTCOMES",
     "BookieMetrics",
     "Kind",
+    "MetricFamilies",
     "MetricSpec",
     "main",
+    "markdown_rows",
     "render_markdown",
     "render_registry",
 ]
@@ -685,6 +687,80 @@ class _RequestStats:
 _REQUEST_METRICS: Final = ("bookie_requests_total", "bookie_request_duration_seconds")
 
 
+class MetricFamilies:
+    """The ``prometheus_client`` collectors of some :class:`MetricSpec` rows, in one registry.
+
+    Built once from the rows (label values of a fixed set created at 0, HELP without the
+    docs' code marks); looked up by name with their type checked, so a row that changes type
+    fails where it is used rather than at a scrape. The bookie's and auto-recovery's metrics
+    are both made this way.
+    """
+
+    def __init__(self, registry: CollectorRegistry, specs: Iterable[MetricSpec]) -> None:
+        self._registry = registry
+        self._collectors: dict[str, Counter | Gauge | Histogram] = {
+            spec.name: self._build(spec) for spec in specs
+        }
+
+    def _build(self, spec: MetricSpec) -> Counter | Gauge | Histogram:
+        unit = spec.unit if spec.prom_unit else ""
+        # HELP is plain text: drop the Markdown code marks the docs table uses.
+        help_text = spec.meaning.replace("`", "")
+        registry = self._registry
+        metric: Counter | Gauge | Histogram
+        if spec.kind is Kind.COUNTER:
+            metric = Counter(spec.name, help_text, spec.labels, unit=unit, registry=registry)
+        elif spec.kind is Kind.GAUGE:
+            metric = Gauge(spec.name, help_text, spec.labels, unit=unit, registry=registry)
+        else:
+            buckets = spec.buckets
+            metric = Histogram(
+                spec.name, help_text, spec.labels, unit=unit, buckets=buckets, registry=registry
+            )
+        if spec.label_values:
+            (label,) = spec.labels
+            for value in spec.label_values:
+                metric.labels(**{label: value})
+        return metric
+
+    def counter(self, name: str) -> Counter:
+        metric = self._collectors[name]
+        assert isinstance(metric, Counter), name
+        return metric
+
+    def gauge(self, name: str) -> Gauge:
+        metric = self._collectors[name]
+        assert isinstance(metric, Gauge), name
+        return metric
+
+    def histogram(self, name: str) -> Histogram:
+        metric = self._collectors[name]
+        assert isinstance(metric, Histogram), name
+        return metric
+
+
+def markdown_rows(specs: Iterable[MetricSpec]) -> list[str]:
+    """The docs pages' table of metrics, one row per spec, header included."""
+    out = [
+        "| metric | type | unit | labels | meaning | upstream |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in specs:
+        labels = []
+        for label in spec.labels:
+            if spec.label_values:
+                values = ", ".join(f"`{v}`" for v in spec.label_values)
+                labels.append(f"`{label}`: {values}")
+            else:
+                labels.append(f"`{label}`")
+        out.append(
+            f"| `{spec.name}` | {spec.kind.value} | {spec.unit or '-'} "
+            f"| {'<br>'.join(labels) or '-'} | {spec.meaning}{_buckets_text(spec)} "
+            f"| {spec.upstream} |"
+        )
+    return out
+
+
 class BookieMetrics:
     """The metrics of one bookie, in a registry of its own.
 
@@ -695,91 +771,51 @@ class BookieMetrics:
 
     def __init__(self) -> None:
         self.registry: Final = CollectorRegistry()
-        self._collectors: dict[str, Counter | Gauge | Histogram] = {}
+        self._families: Final = MetricFamilies(
+            self.registry, (spec for spec in METRICS if spec.name not in _REQUEST_METRICS)
+        )
         specs = {spec.name: spec for spec in METRICS}
-        for spec in METRICS:
-            if spec.name not in _REQUEST_METRICS:
-                self._collectors[spec.name] = self._build(spec)
         self._requests = _RequestStats(*(specs[name] for name in _REQUEST_METRICS))
         self.registry.register(self._requests)
 
-        self._journal_sync_seconds = self._histogram("bookie_journal_sync_duration_seconds")
-        self._journal_group_entries = self._histogram("bookie_journal_group_entries")
-        self._journal_syncs = self._counter("bookie_journal_syncs_total")
-        self._journal_bytes = self._counter("bookie_journal_written_bytes_total")
-        self._journal_queue_depth = self._gauge("bookie_journal_queue_depth")
+        self._journal_sync_seconds = self._families.histogram(
+            "bookie_journal_sync_duration_seconds"
+        )
+        self._journal_group_entries = self._families.histogram("bookie_journal_group_entries")
+        self._journal_syncs = self._families.counter("bookie_journal_syncs_total")
+        self._journal_bytes = self._families.counter("bookie_journal_written_bytes_total")
+        self._journal_queue_depth = self._families.gauge("bookie_journal_queue_depth")
 
-        rotations = self._counter("bookie_entrylog_rotations_total")
+        rotations = self._families.counter("bookie_entrylog_rotations_total")
         self._rotations = {r: rotations.labels(reason=r) for r in ROTATION_REASONS}
-        write_close = self._counter("bookie_write_close_requests_total")
+        write_close = self._families.counter("bookie_write_close_requests_total")
         self._write_close = {o: write_close.labels(outcome=o) for o in WRITE_CLOSE_OUTCOMES}
 
-        self._checkpoint_seconds = self._histogram("bookie_checkpoint_duration_seconds")
-        self._checkpoints = self._counter("bookie_checkpoints_total")
-        self._write_bytes = self._counter("bookie_write_bytes_total")
-        self._read_bytes = self._counter("bookie_read_bytes_total")
+        self._checkpoint_seconds = self._families.histogram("bookie_checkpoint_duration_seconds")
+        self._checkpoints = self._families.counter("bookie_checkpoints_total")
+        self._write_bytes = self._families.counter("bookie_write_bytes_total")
+        self._read_bytes = self._families.counter("bookie_read_bytes_total")
 
-        self._gc_runs = self._counter("bookie_gc_runs_total")
-        self._gc_seconds = self._histogram("bookie_gc_duration_seconds")
-        self._gc_deleted_ledgers = self._counter("bookie_gc_deleted_ledgers_total")
-        deleted_logs = self._counter("bookie_gc_deleted_logs_total")
-        reclaimed = self._counter("bookie_gc_reclaimed_bytes_total")
+        self._gc_runs = self._families.counter("bookie_gc_runs_total")
+        self._gc_seconds = self._families.histogram("bookie_gc_duration_seconds")
+        self._gc_deleted_ledgers = self._families.counter("bookie_gc_deleted_ledgers_total")
+        deleted_logs = self._families.counter("bookie_gc_deleted_logs_total")
+        reclaimed = self._families.counter("bookie_gc_reclaimed_bytes_total")
         self._gc_deleted_logs = {r: deleted_logs.labels(reason=r) for r in GC_DELETE_REASONS}
         self._gc_reclaimed = {r: reclaimed.labels(reason=r) for r in GC_DELETE_REASONS}
-        self._gc_copied_bytes = self._counter("bookie_gc_compacted_bytes_total")
-        self._gc_copied_entries = self._counter("bookie_gc_compacted_entries_total")
-        compactions = self._counter("bookie_gc_compactions_total")
+        self._gc_copied_bytes = self._families.counter("bookie_gc_compacted_bytes_total")
+        self._gc_copied_entries = self._families.counter("bookie_gc_compacted_entries_total")
+        compactions = self._families.counter("bookie_gc_compactions_total")
         self._gc_compactions = {k: compactions.labels(kind=k) for k in GC_COMPACTION_KINDS}
-        self._gc_reclaim_failed = self._counter("bookie_gc_reclaim_failures_total")
-        self._gc_reclaim_delay = self._histogram("bookie_gc_ledger_reclaim_delay_seconds")
+        self._gc_reclaim_failed = self._families.counter("bookie_gc_reclaim_failures_total")
+        self._gc_reclaim_delay = self._families.histogram("bookie_gc_ledger_reclaim_delay_seconds")
 
         self._bound: dict[str, Gauge] = {}
         for keyword, (family, kind) in _BOUND_GAUGES.items():
-            gauge = self._gauge(family)
+            gauge = self._families.gauge(family)
             child = gauge if kind is None else gauge.labels(kind=kind)
             child.set(math.nan)
             self._bound[keyword] = child
-
-    # --- Construction -------------------------------------------------------------------
-
-    def _build(self, spec: MetricSpec) -> Counter | Gauge | Histogram:
-        unit = spec.unit if spec.prom_unit else ""
-        # HELP is plain text: drop the Markdown code marks the docs table uses.
-        help_text = spec.meaning.replace("`", "")
-        metric: Counter | Gauge | Histogram
-        if spec.kind is Kind.COUNTER:
-            metric = Counter(spec.name, help_text, spec.labels, unit=unit, registry=self.registry)
-        elif spec.kind is Kind.GAUGE:
-            metric = Gauge(spec.name, help_text, spec.labels, unit=unit, registry=self.registry)
-        else:
-            metric = Histogram(
-                spec.name,
-                help_text,
-                spec.labels,
-                unit=unit,
-                buckets=spec.buckets,
-                registry=self.registry,
-            )
-        if spec.label_values:
-            (label,) = spec.labels
-            for value in spec.label_values:
-                metric.labels(**{label: value})
-        return metric
-
-    def _counter(self, name: str) -> Counter:
-        metric = self._collectors[name]
-        assert isinstance(metric, Counter), name
-        return metric
-
-    def _gauge(self, name: str) -> Gauge:
-        metric = self._collectors[name]
-        assert isinstance(metric, Gauge), name
-        return metric
-
-    def _histogram(self, name: str) -> Histogram:
-        metric = self._collectors[name]
-        assert isinstance(metric, Histogram), name
-        return metric
 
     # --- Requests -----------------------------------------------------------------------
 
@@ -873,14 +909,16 @@ class BookieMetrics:
     ) -> None:
         """Read the GC gauges from these at every scrape; ``usage_buckets`` gives the 10
         bucket counts, lowest usage first."""
-        self._gauge("bookie_gc_entry_logs").set_function(_guarded("gc_entry_logs", entry_logs))
-        self._gauge("bookie_gc_entry_log_live_bytes").set_function(
+        self._families.gauge("bookie_gc_entry_logs").set_function(
+            _guarded("gc_entry_logs", entry_logs)
+        )
+        self._families.gauge("bookie_gc_entry_log_live_bytes").set_function(
             _guarded("gc_live_bytes", live_bytes)
         )
-        self._gauge("bookie_gc_entry_log_bytes").set_function(
+        self._families.gauge("bookie_gc_entry_log_bytes").set_function(
             _guarded("gc_total_bytes", total_bytes)
         )
-        buckets = self._gauge("bookie_gc_entry_log_usage_logs")
+        buckets = self._families.gauge("bookie_gc_entry_log_usage_logs")
         for i, label in enumerate(GC_USAGE_BUCKETS):
 
             def count(i: int = i) -> float:
@@ -1003,21 +1041,7 @@ def _buckets_text(spec: MetricSpec) -> str:
 def render_markdown() -> str:
     """``docs/metrics.md``, generated from :data:`METRICS`."""
     out = [_DOC_INTRO.rstrip("\n"), "", "## Metrics", ""]
-    out.append("| metric | type | unit | labels | meaning | upstream |")
-    out.append("|---|---|---|---|---|---|")
-    for spec in METRICS:
-        labels = []
-        for label in spec.labels:
-            if spec.label_values:
-                values = ", ".join(f"`{v}`" for v in spec.label_values)
-                labels.append(f"`{label}`: {values}")
-            else:
-                labels.append(f"`{label}`")
-        out.append(
-            f"| `{spec.name}` | {spec.kind.value} | {spec.unit or '-'} "
-            f"| {'<br>'.join(labels) or '-'} | {spec.meaning}{_buckets_text(spec)} "
-            f"| {spec.upstream} |"
-        )
+    out += markdown_rows(METRICS)
     out += [
         "",
         "## Histogram buckets",
