@@ -40,6 +40,13 @@ def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert [row["state"] for row in rows] == ["writable", "writable"]
         assert all(row["registered"] for row in rows)
         assert doc["prometheus"] is None
+        # Auto-recovery runs in every bookie by default; the first to vote is the auditor.
+        autorecovery = doc["autorecovery"]
+        assert isinstance(autorecovery, dict)
+        assert autorecovery["auditor"] in {b["bookieId"] for b in state["bookies"]}
+        assert (autorecovery["underReplicated"], autorecovery["enabled"]) == (0, True)
+        assert main(["cluster", "status", "--dir", str(root)]) == 0
+        assert f"auto-recovery: auditor {autorecovery['auditor']};" in capsys.readouterr().out
 
         # A second `up` in the same dir refuses instead of starting a second cluster.
         assert main(["cluster", "up", "--dir", str(root), "--bookies", "1"]) == 1
@@ -59,6 +66,20 @@ def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     rows = status(root, capsys)["bookies"]
     assert isinstance(rows, list)
     assert all(row["state"] == "stopped" for row in rows)
+
+
+def test_up_without_autorecovery(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "c"
+    assert main(["cluster", "up", "--dir", str(root), "--bookies", "1", "--no-autorecovery"]) == 0
+    capsys.readouterr()
+    try:
+        assert status(root, capsys)["autorecovery"] == {
+            "auditor": None,
+            "underReplicated": 0,
+            "enabled": True,
+        }
+    finally:
+        main(["cluster", "down", "--dir", str(root)])
 
 
 def test_status_without_a_cluster_says_so(
