@@ -1,10 +1,12 @@
-"""``bookiesim demo`` (``make demo``): a local cluster, three ledgers, BP-32 write-close.
+"""``bookiesim demo`` (``make demo``): a local cluster, three ledgers, BP-32 write-close, a
+bookie lost and the cluster healed.
 
 What it does, step by step:
 
 1. starts a three-bookie cluster under DIR, exactly as ``bookiesim cluster up --dir DIR``
    does (separate processes on 127.0.0.1, entry log per ledger, SQLite metadata store in
-   ``DIR/metadata.db``, ``flushInterval=1000`` so checkpoints come every second);
+   ``DIR/metadata.db``, ``flushInterval=1000`` so checkpoints come every second, and
+   auto-recovery inside every bookie);
 2. with the project's BookKeeper client, creates three ledgers with E=3 Qw=2 Qa=2, writes
    100 entries of 1 KiB to each (striped: every entry on two of the three bookies, pipelined,
    acknowledged by two), then reads every entry back and checks it;
@@ -12,9 +14,15 @@ What it does, step by step:
    ensemble; after the next checkpoint each bookie has rotated those ledgers' logs (reason
    ``write_close``), fsynced and closed them, and leastUnflushedLogId moved past them —
    all read from the bookies' own ``/metrics`` and admin API;
-4. prints the metrics URLs, the Prometheus scrape config and what to try next, then stops
-   the cluster (SIGTERM; each bookie must exit 0) unless ``--keep-running``, which leaves
-   it up for ``bookiesim ledger ... --cluster DIR`` and ``bookiesim cluster down``.
+4. a spare bookie joins and one bookie is killed (SIGKILL); once its session expires the
+   auditor marks the three ledgers under-replicated, the workers copy the dead bookie's
+   share to the spare, swap it into the metadata and send it WriteClose (reason
+   ``replication``), and the marks vanish — shown as a timeline read from the metadata
+   store, then the ensembles before and after and what the copies did on the spare
+   (:mod:`.demo_heal`); every entry is read back again with the bookie still dead;
+5. prints the metrics URLs, the Prometheus scrape config and what to try next, then stops
+   the cluster (SIGTERM; each live bookie must exit 0) unless ``--keep-running``, which
+   leaves it up for ``bookiesim ledger ... --cluster DIR`` and ``bookiesim cluster down``.
 
 The data directory is kept so the files can be inspected with ``bookiesim shell``. Every wait
 has a timeout; a bookie that fails to start, an error from the client or a payload that does
@@ -25,25 +33,30 @@ so far are stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from bookiesim.cli.client_actions import generated_payload
+from bookiesim.cli.demo_heal import heal_act
+from bookiesim.cli.demo_probe import (
+    bookie_info,
+    checkpoints,
+    metric_by_label,
+    reasons,
+    snapshot,
+    wait_for_checkpoint,
+)
 from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
 from bookiesim.client.distribution import RoundRobinDistribution
 from bookiesim.cluster.control import detach, start_cluster
@@ -70,11 +83,8 @@ PASSWORD = b"bookiesim-demo"
 
 TRAFFIC_TIMEOUT = 60.0
 """Seconds for all adds (or all reads, or all closes)."""
-CHECKPOINT_TIMEOUT = 15.0
-"""Seconds to wait for the checkpoint after the write-closes (flushInterval is 1 s)."""
 STOP_TIMEOUT = 15.0
 """Seconds for the bookies to exit after SIGTERM (they take a final checkpoint), then SIGKILL."""
-HTTP_TIMEOUT = 5.0
 
 _T = TypeVar("_T")
 
@@ -191,73 +201,6 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return leaves
 
 
-# -- admin HTTP ------------------------------------------------------------------------------
-
-
-def http_get(bookie: LocalBookie, url: str) -> bytes:
-    try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
-            body: bytes = response.read()
-            return body
-    except (OSError, urllib.error.URLError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise ClusterError(f"{bookie.name} ({bookie.describe()}): GET {url}: {reason}") from exc
-
-
-def bookie_info(bookie: LocalBookie) -> dict[str, Any]:
-    body = http_get(bookie, bookie.info_url)
-    try:
-        info: dict[str, Any] = json.loads(body)
-    except ValueError as exc:
-        raise ClusterError(f"{bookie.name}: {bookie.info_url} is not JSON: {body[:200]!r}") from exc
-    return info
-
-
-def bookie_metrics(bookie: LocalBookie) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Samples of ``/metrics`` by (name, sorted labels)."""
-    text = http_get(bookie, bookie.metrics_url).decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
-
-
-def metric_by_label(
-    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, label: str
-) -> dict[str, int]:
-    return {
-        dict(labels)[label]: int(value)
-        for (sample_name, labels), value in samples.items()
-        if sample_name == name and label in dict(labels)
-    }
-
-
-def checkpoints(bookie: LocalBookie) -> int:
-    return int(bookie_metrics(bookie).get(("bookie_checkpoints_total", ()), 0))
-
-
-def wait_for_checkpoint(bookies: Sequence[LocalBookie], before: dict[str, int]) -> None:
-    """Until every bookie completed a checkpoint after ``before`` and has no rotated log left."""
-    deadline = time.monotonic() + CHECKPOINT_TIMEOUT
-    pending = list(bookies)
-    while pending:
-        pending = [
-            b
-            for b in pending
-            if checkpoints(b) <= before[b.name] or bookie_info(b)["rotatedLogs"] != 0
-        ]
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            names = ", ".join(b.name for b in pending)
-            raise ClusterError(
-                f"no checkpoint flushed the rotated logs of {names} within "
-                f"{CHECKPOINT_TIMEOUT:.0f} s (flushInterval is {FLUSH_INTERVAL_MS} ms)"
-            )
-        time.sleep(0.1)
-
-
 # -- presentation ----------------------------------------------------------------------------
 
 
@@ -279,11 +222,6 @@ def _ratio(before: object, after: object) -> str:
     return f"{before} → {after}"
 
 
-def _reasons(counts: dict[str, int]) -> str:
-    shown = {k: v for k, v in counts.items() if v}
-    return ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "none"
-
-
 def _first(paths: list[Path]) -> Path | None:
     return paths[0] if paths else None
 
@@ -293,16 +231,6 @@ def _log_sort_key(path: Path) -> int:
         return int(path.stem, 16)
     except ValueError:
         return -1
-
-
-@dataclass
-class Snapshot:
-    info: dict[str, Any]
-    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def snapshot(bookie: LocalBookie) -> Snapshot:
-    return Snapshot(bookie_info(bookie), bookie_metrics(bookie))
 
 
 # -- the demo ------------------------------------------------------------------------------
@@ -388,7 +316,7 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
             stats = run_traffic(uri, "closing", lambda bk: close_ledgers(bk, reports))
             after_close = {b.name: snapshot(b) for b in bookies}
         with console.status("Waiting for a checkpoint…"):
-            wait_for_checkpoint(bookies, before)
+            wait_for_checkpoint(bookies, before, FLUSH_INTERVAL_MS)
         after_checkpoint = {b.name: snapshot(b) for b in bookies}
         table = Table(
             title=f"3. Ledgers closed: WriteClose (BP-32) sent {stats.write_close_sent}, "
@@ -419,9 +347,9 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
                 bookie.name,
                 _ratio(written.info["activeLogs"], done.info["activeLogs"]),
                 _ratio(closed.info["rotatedLogs"], done.info["rotatedLogs"]),
-                _reasons(rotations),
+                reasons(rotations),
                 _ratio(written.info["leastUnflushedLogId"], done.info["leastUnflushedLogId"]),
-                _reasons(requests),
+                reasons(requests),
             )
         table.caption = (
             "x → y: after the writes (rotated: just after the close) → after the checkpoint. "
@@ -433,20 +361,31 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
         if failures:
             raise ClusterError("; ".join(failures))
 
-        # 4. where to look, stop
+        # 4. a bookie dies, the cluster heals (auto-recovery), every entry still reads back
+        ids = [r.ledger_id for r in reports]
+        healing = heal_act(console, root, state, bookies, ids, FLUSH_INTERVAL_MS)
+        with console.status(f"Reading every entry back without {healing.victim.name}…"):
+            run_traffic(uri, "reading back after the heal", lambda bk: read_ledgers(bk, reports))
+        console.print(
+            f"Every entry of the {LEDGERS} ledgers read back, digests checked, with "
+            f"{healing.victim.name} dead: each is on {WRITE_QUORUM} live bookies again."
+        )
+        running = [b for b in bookies if b is not healing.victim]
+
+        # 5. where to look, stop
         console.print()
-        live = "" if keep_running else ": live until step 4 stops the bookies"
+        live = "" if keep_running else ": live until step 5 stops the bookies"
         console.print(f"[bold]Metrics[/] (Prometheus){live}")
-        for bookie in bookies:
+        for bookie in running:
             console.print(f"  {bookie.name}  {bookie.metrics_url}", soft_wrap=True)
         console.print(f"  scrape config for Prometheus: {escape(state['scrapeConfig'])}")
         console.print("[bold]Admin API[/] (and /api/v1/bookie/state)")
-        for bookie in bookies:
+        for bookie in running:
             console.print(f"  {bookie.name}  {bookie.info_url}", soft_wrap=True)
 
         if keep_running:
-            detach(bookies)
-            print_next_steps(console, root, bookies, reports, keep_running=True)
+            detach(running)
+            print_next_steps(console, root, running, reports, keep_running=True)
             console.print()
             console.print(
                 f"[bold]The cluster keeps running[/]; stop it with: "
@@ -456,10 +395,10 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
             succeeded = True
             return 0
         with console.status("Stopping the bookies (SIGTERM)…"):
-            stop_bookies(bookies, STOP_TIMEOUT)
+            stop_bookies(running, STOP_TIMEOUT)
         stopped = True
-        code = report_stops(console, bookies)
-        print_next_steps(console, root, bookies, reports, keep_running=False)
+        code = report_stops(console, running)
+        print_next_steps(console, root, running, reports, keep_running=False)
         console.print(f"\nThe data stays in [cyan]{escape(str(root))}[/].", soft_wrap=True)
         return code
     finally:
@@ -515,7 +454,7 @@ def print_next_steps(
 
 def report_stops(console: Console, bookies: Sequence[LocalBookie]) -> int:
     """Table of exit codes; 1 unless every bookie exited 0."""
-    table = Table(title="4. stopped (SIGTERM)")
+    table = Table(title="5. stopped (SIGTERM)")
     table.add_column("bookie")
     table.add_column("pid", justify="right")
     table.add_column("exit code", justify="right")
@@ -549,7 +488,7 @@ def report_stops(console: Console, bookies: Sequence[LocalBookie]) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="start 3 bookies, write, read, write-close, show what happened",
+        help="start 3 bookies, write, read, write-close, lose a bookie and heal, show it all",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -133,24 +133,57 @@ def start_cluster(
         raise
     state = {
         "metadata": uri,
-        "bookies": [
-            {
-                "name": b.name,
-                "pid": b.proc.pid,
-                "bookieId": f"{HOST}:{b.bookie_port}",
-                "bookiePort": b.bookie_port,
-                "httpServerPort": b.http_port,
-                "dir": str(b.root),
-                "log": str(b.log_path),
-            }
-            for b in started
-        ],
+        "settings": [*defaults, *settings],
+        "bookies": [_bookie_json(b) for b in started],
         "scrapeConfig": str(root / SCRAPE_FILE),
+        "scrapeInterval": scrape_interval,
         "prometheus": None,
     }
-    (root / SCRAPE_FILE).write_text(scrape_config([b.http_port for b in started], scrape_interval))
-    (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    _write_state(root, state)
     return started, state
+
+
+def _bookie_json(b: LocalBookie) -> dict[str, Any]:
+    return {
+        "name": b.name,
+        "pid": b.proc.pid,
+        "bookieId": f"{HOST}:{b.bookie_port}",
+        "bookiePort": b.bookie_port,
+        "httpServerPort": b.http_port,
+        "dir": str(b.root),
+        "log": str(b.log_path),
+    }
+
+
+def _write_state(root: Path, state: dict[str, Any]) -> None:
+    ports = [b["httpServerPort"] for b in state["bookies"]]
+    interval = state.get("scrapeInterval", "5s")
+    (root / SCRAPE_FILE).write_text(scrape_config(ports, interval))
+    (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def add_bookie(root: Path, state: dict[str, Any]) -> LocalBookie:
+    """Start one more bookie in the cluster of ``state`` (as ``bookie-N+1``, with the
+    cluster's settings), wait until it serves and is registered, and add it to
+    ``cluster.json`` and the scrape config (``state`` is updated too)."""
+    name = f"bookie-{len(state['bookies']) + 1}"
+    bookie_root = root / name
+    extra = [f"metadataServiceUri={state['metadata']}", *state.get("settings", [])]
+    bookie = spawn_bookie(name, bookie_root, bookie_settings(bookie_root, *extra))
+    try:
+        wait_ready([bookie], START_TIMEOUT)
+        trio.run(
+            wait_registered,
+            state["metadata"],
+            {f"{HOST}:{bookie.bookie_port}"},
+            REGISTRATION_TIMEOUT,
+        )
+    except BaseException:
+        stop_bookies([bookie], STOP_TIMEOUT)
+        raise
+    state["bookies"].append(_bookie_json(bookie))
+    _write_state(root, state)
+    return bookie
 
 
 def detach(bookies: list[LocalBookie]) -> None:
@@ -185,7 +218,7 @@ def cluster_up(
             state["prometheusError"] = str(exc)
         else:
             state["prometheus"] = server.to_json()
-        (root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+        _write_state(root, state)
     return state
 
 

@@ -1,9 +1,10 @@
 """``bookiesim demo`` end to end, with real bookie processes.
 
 Why: ``make demo`` is the first thing a newcomer runs. It must finish, show the metrics URLs
-and BP-32 at work (three write-close rotations per bookie), leave a file for ``bookiesim
-shell`` to read, and leave no process behind; when a bookie cannot start it must say so and
-exit 1 rather than hang.
+and BP-32 at work (three write-close rotations per bookie), a killed bookie's ledgers healed
+onto a spare (three replication rotations there), leave a file for ``bookiesim shell`` to
+read, and leave no process behind; when a bookie cannot start it must say so and exit 1
+rather than hang.
 """
 
 from __future__ import annotations
@@ -71,9 +72,21 @@ def test_demo_writes_closes_checkpoints_and_stops(
     assert Path(logs[0]).is_file()
     assert Path(logs[0]).is_relative_to(tmp_path)
 
-    # Stopped cleanly: every exit code 0, nothing left running.
-    exits = dict(re.findall(r"(bookie-\d)\W+\d+\W+(\S+)\W*$", out, flags=re.MULTILINE))
-    assert exits == {"bookie-1": "0", "bookie-2": "0", "bookie-3": "0"}, out
+    # Step 4: one bookie killed, its ledgers healed onto the spare, which sealed the copies.
+    killed = re.search(r"4\. (bookie-\d) is killed \(SIGKILL\)", out)
+    assert killed is not None, out
+    victim = killed.group(1)
+    assert victim in pids
+    assert out.count("mark removed, fully replicated again") == 3, out
+    assert re.search(r"rotations by reason\W+replication=3", out), out
+    assert re.search(r"WriteClose after replication\W+ok=3", out), out
+    assert f"with {victim} dead" in out
+
+    # Stopped cleanly: every exit code 0 (the killed one is not stopped again), nothing left.
+    stops = out.split("5. stopped (SIGTERM)")[1]
+    exits = dict(re.findall(r"(bookie-\d)\W+\d+\W+(\S+)\W*$", stops, flags=re.MULTILINE))
+    live = {"bookie-1", "bookie-2", "bookie-3", "bookie-4"} - {victim}
+    assert exits == dict.fromkeys(live, "0"), out
     assert not [pid for pid in pids.values() if _alive(pid)]
     assert _processes_mentioning(str(tmp_path)) == []
 
