@@ -104,6 +104,12 @@ def _up(args: argparse.Namespace) -> int:
         table.add_row(b["name"], str(b["pid"]), b["bookieId"], metrics)
     console.print(table)
     console.print(f"metadata: {state['metadata']}")
+    if args.autorecovery:
+        console.print(
+            "auto-recovery: in every bookie (bookiesim shell whoisauditor / listunderreplicated "
+            f"--cluster {args.dir})",
+            markup=False,
+        )
     console.print(f"Prometheus scrape config: {state['scrapeConfig']}")
     if state.get("prometheus"):
         url = state["prometheus"]["url"]
