@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["BUGS", "bookie_overrides", "client_flags", "unknown_bugs"]
+__all__ = ["BUGS", "autorecovery_flags", "bookie_overrides", "client_flags", "unknown_bugs"]
 
 BUGS: dict[str, str] = {
     "recovery-reads-without-fence": "upstream #2614 (BookKeeper <= 4.13): recovery reads do "
@@ -33,6 +33,14 @@ BUGS: dict[str, str] = {
     "entryLogPerLedgerEnabled): GC looks only at logs below leastUnflushedLogId, so one "
     "long-lived, slowly written ledger pins the pointer and deleted ledgers' bytes are never "
     "reclaimed — liveness invariant RC",
+    "replication-swaps-before-copy": "(ours, the bug issue 24 names) a replication worker "
+    "swaps the lost bookie for its replacement in the ledger's metadata before copying the "
+    "fragment's entries to it, so for a while the metadata names a bookie that lacks them "
+    "— invariant RS",
+    "replication-adds-without-recovery-flag": "upstream PR #4163 (BookKeeper 4.16.0-4.16.3, "
+    "after #3783): replication copies with plain adds instead of recovery adds, so a "
+    "replacement bookie that has the ledger fenced refuses every copy and the ledger stays "
+    "under-replicated — liveness invariant RR",
 }
 """Known upstream bugs the campaign can re-create in our code, by name."""
 
@@ -49,6 +57,14 @@ _BOOKIE_KEYS: dict[str, str] = {
 """Bug -> bookie configuration key set to true on every bookie of the run."""
 
 
+_AUTORECOVERY_FLAGS: dict[str, str] = {
+    "replication-swaps-before-copy": "unsafe_swap_before_copy",
+    "replication-adds-without-recovery-flag": "unsafe_replication_adds_without_recovery_flag",
+}
+"""Bug -> ``AutoRecoveryConfig`` field set for every auto-recovery node of the run (they run
+with the ``lose`` fault family)."""
+
+
 def unknown_bugs(names: Iterable[str]) -> list[str]:
     return sorted(set(names) - set(BUGS))
 
@@ -61,3 +77,8 @@ def client_flags(bugs: Iterable[str]) -> dict[str, bool]:
 def bookie_overrides(bugs: Iterable[str]) -> dict[str, object]:
     """Bookie configuration keys for the bookie-side bugs among ``bugs``."""
     return {_BOOKIE_KEYS[b]: True for b in bugs if b in _BOOKIE_KEYS}
+
+
+def autorecovery_flags(bugs: Iterable[str]) -> dict[str, bool]:
+    """``AutoRecoveryConfig`` keyword arguments for the auto-recovery bugs among ``bugs``."""
+    return {_AUTORECOVERY_FLAGS[b]: True for b in bugs if b in _AUTORECOVERY_FLAGS}

@@ -7,6 +7,11 @@ structure's ``_check()``. Entry bodies are read back (digest and payload checked
 that fails for a live ledger: RD1) only when the entry is new to us or moved (compaction),
 so the cost per step follows what changed, not what is stored — or when the log it was
 read from is gone (GC deleted it: a live entry there is lost, RD1).
+
+For auto-recovery the observer also answers, at the instant of a replication's metadata swap,
+what the bookie that took the place stores (:meth:`Observer.check_swap`, RS), and keeps the
+time since which the cluster has been quiet — no fault active but bookies lost for good —
+from which RR counts its bound.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ if TYPE_CHECKING:
 
     from bookiesim.bookie.bookie import Bookie
     from bookiesim.metadata.ledgers import LedgerMetadata
-    from bookiesim.sim.history import History
+    from bookiesim.sim.history import History, Swap
 
-__all__ = ["RECLAIM_BOUND", "Observer"]
+__all__ = ["RECLAIM_BOUND", "REPLICATION_BOUND", "Observer"]
 
 
 def _setting(key: str) -> float:
@@ -46,6 +51,12 @@ by its write-close or at the latest by idle expiry, flushed by the next checkpoi
 extracted by the next GC pass (two, in case a pass was running); 10 s of slack covers slow
 disks and long passes. 25 s with the simulation's settings."""
 
+REPLICATION_BOUND = 40.0
+"""RR's bound, in seconds of quiet after a bookie is lost for good (or after the ledger
+closed, if later): the registration's expiry (at most 3 s), the simulation's
+``lostBookieRecoveryDelay`` and the audit, then the workers' copies with their back-offs
+(:mod:`.autorecovery`), with room for a failed attempt and a retry."""
+
 
 class Observer:
     """Builds views; remembers which entry copies it already verified."""
@@ -59,10 +70,13 @@ class Observer:
         # logs is blocked by the fault, not by a bug.
         self._unhealthy: dict[str, float] = {}
         self._digests: dict[int, DigestManager] = {}
+        self._unquiet_at = 0.0
 
     def view(self) -> ClusterView:
         history = self.history
         metadata = dict(history.metadata)
+        if self._faults_active():
+            self._unquiet_at = trio.current_time()
         return ClusterView(
             time=trio.current_time(),
             metadata=metadata,
@@ -75,6 +89,61 @@ class Observer:
             },
             fence_acked={b: frozenset(ls) for b, ls in history.fence_acks.items()},
             reclaim_bound=RECLAIM_BOUND,
+            lost=dict(history.lost),
+            data_lost=frozenset(history.data_lost),
+            swaps=tuple(history.swaps),
+            closed_at=dict(history.closed_at),
+            quiet_since=self._unquiet_at,
+            replication_bound=REPLICATION_BOUND,
+        )
+
+    def _faults_active(self) -> bool:
+        """Any fault on now but bookies lost for good (RR's clock waits for quiet)."""
+        f = self.cluster.net.faults
+        if f.cut or f.loss or f.spike or f.link_delay or f.link_loss:
+            return True
+        for sb in self.cluster.bookies.values():
+            if sb.lost:
+                continue
+            bookie = sb.bookie
+            if bookie is None or bookie.failure is not None:
+                return True
+            if sb.faults.full or sb.faults.latency:
+                return True
+        return False
+
+    def stored_now(self, bookie_id: str, ledger_id: int) -> frozenset[int]:
+        """What ``bookie_id`` stores of the ledger this instant: its index if up, what it
+        acknowledged if down, nothing if lost for good."""
+        sb = self.cluster.bookies.get(bookie_id)
+        if sb is None or sb.lost:
+            return frozenset()
+        bookie = sb.bookie
+        if bookie is None:
+            return frozenset(self.history.bookie_acks.get(bookie_id, {}).get(ledger_id, ()))
+        storage = bookie.storage
+        if not storage.ledger_exists(ledger_id):
+            return frozenset()
+        disk = self.cluster.disk
+        disk.observing = True
+        try:
+            return frozenset(e for e, _ in storage.index.entries(ledger_id))
+        finally:
+            disk.observing = False
+
+    def check_swap(self, swap: Swap) -> str | None:
+        """RS: the bookie a replication names in a settled segment must already store every
+        entry of that segment its position holds — the copy comes before the swap."""
+        try:
+            have = self.stored_now(swap.new, swap.ledger_id)
+        except Exception as exc:  # its index failed to answer: CHK reports that
+            return f"{swap.new}'s index could not be read: {self._describe(exc)}"
+        missing = swap.entries - have
+        if not missing:
+            return None
+        return (
+            f"{swap.new} lacks {len(missing)} of the {len(swap.entries)} entries it must hold "
+            f"(first {sorted(missing)[:5]}): the copy was not complete"
         )
 
     def _observe(self, sb: SimBookie, metadata: Mapping[int, LedgerMetadata]) -> BookieView:
@@ -96,7 +165,7 @@ class Observer:
 
     def _bookie(self, sb: SimBookie, metadata: Mapping[int, LedgerMetadata]) -> BookieView:
         bookie = sb.bookie
-        if bookie is None:
+        if bookie is None or sb.lost:
             return BookieView(sb.bookie_id, up=False, incarnation=sb.incarnation)
         storage = bookie.storage
         index = storage.index

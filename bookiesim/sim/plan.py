@@ -4,7 +4,9 @@ A plan is data — a tuple of :class:`Step` s at virtual times, plus run-wide se
 run is a pure function of (settings, plan), hypothesis can build plans directly, and a
 failing plan can be printed. :func:`draw_plan` makes one from a seed. Faults with a duration
 (partition, loss, delay spikes, slow or full disk, a crashed bookie's downtime) add their
-own end step; ``steps`` counts the drawn steps, not those ends.
+own end step; ``steps`` counts the drawn steps, not those ends. A bookie lost for good
+(:func:`draw_loss`) comes from a stream of its own, so adding it leaves the other steps of a
+seed's plan as they were.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import random
 
-__all__ = ["ACTIONS", "FAULT_KINDS", "FaultPlan", "Step", "draw_plan"]
+__all__ = ["ACTIONS", "FAULT_KINDS", "FaultPlan", "Step", "draw_loss", "draw_plan"]
 
 FAULT_KINDS: tuple[str, ...] = (
     "crash",
@@ -30,10 +32,12 @@ FAULT_KINDS: tuple[str, ...] = (
     "write_close",
     "skew",
     "slow_ledger",
+    "lose",
 )
 """Fault families a plan may use (``--faults`` selects a subset). ``slow_ledger`` is
 workload rather than fault: one more client writes a ledger slowly for the whole run
-(:mod:`.slow_writer`); it draws nothing from the plan's stream."""
+(:mod:`.slow_writer`); it draws nothing from the plan's stream. ``lose`` runs auto-recovery
+in every bookie and loses one bookie for good during the run (:func:`draw_loss`)."""
 
 ACTIONS: frozenset[str] = frozenset(
     {
@@ -56,6 +60,7 @@ ACTIONS: frozenset[str] = frozenset(
         "delete",
         "read",
         "tick",
+        "lose",
     }
 )
 
@@ -176,3 +181,14 @@ def draw_plan(
         wc_loss = round(rng.uniform(0, 0.5), 3)
         wc_dup = round(rng.uniform(0, 0.5), 3)
     return FaultPlan(tuple(out), wc_loss, wc_dup, skews)
+
+
+def draw_loss(rng: random.Random, plan: FaultPlan, bookies: list[str]) -> FaultPlan:
+    """``plan`` with one more step: a bookie lost for good (kill -9, its data gone, never
+    restarted), somewhere in the middle half of the plan's span. Crash and disk steps the
+    plan has for it later find it gone."""
+    span = max((s.at for s in plan.steps), default=10.0)
+    step = Step(round(rng.uniform(0.25, 0.75) * span, 3), "lose", (rng.choice(bookies),))
+    return FaultPlan(
+        (*plan.steps, step), plan.write_close_loss, plan.write_close_dup, dict(plan.skews)
+    )

@@ -31,14 +31,16 @@ import trio.testing
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.sim.actors import ClientActor, Writer, WriterSettings
-from bookiesim.sim.bugs import bookie_overrides, client_flags
+from bookiesim.sim.bugs import autorecovery_flags, bookie_overrides, client_flags
 from bookiesim.sim.disk import SimDisk
 from bookiesim.sim.history import History, Violation
 from bookiesim.sim.invariants import CheckerMemory, check_all
-from bookiesim.sim.observe import Observer
-from bookiesim.sim.plan import FAULT_KINDS, FaultPlan, Step, draw_plan
+from bookiesim.sim.loss import note_only_copies, unrecoverable
+from bookiesim.sim.observe import REPLICATION_BOUND, Observer
+from bookiesim.sim.plan import FAULT_KINDS, FaultPlan, Step, draw_loss, draw_plan
+from bookiesim.sim.recovery import autorecovery_config
 from bookiesim.sim.rng import SimRandom, deterministic_run
-from bookiesim.sim.sim_cluster import SIM_BOOKIE_SETTINGS, SimCluster
+from bookiesim.sim.sim_cluster import SIM_BOOKIE_SETTINGS, SimCluster, describe_failure
 from bookiesim.sim.slow_writer import SlowWriter
 
 if TYPE_CHECKING:
@@ -161,6 +163,10 @@ def new_simulation(
             gap=settings.gap,
             max_down=max(1, settings.bookies - 3),
         )
+        if "lose" in settings.faults and settings.bookies - 1 >= max(s[0] for s in settings.shapes):
+            # Only where every shape still fits on the bookies left: otherwise writers and
+            # recoveries would stall for want of bookies, which is not what is under test.
+            plan = draw_loss(rng.stream("lose"), plan, bookie_names)
     base = Path("/dev/shm") if root is None and Path("/dev/shm").is_dir() else root
     workdir = Path(tempfile.mkdtemp(prefix="bookiesim-sim-", dir=base))
     return kind(settings, plan, workdir, History(), rng, clients)
@@ -194,6 +200,7 @@ class Simulation:
         self.simulated = 0.0
         self.steps_run = 0
         self._start = 0.0
+        self._violations_seen = 0
 
     def result(self, disk: SimDisk, wall_seconds: float) -> RunResult:
         """What the run found and cost, once it is over."""
@@ -240,6 +247,12 @@ class Simulation:
                     nursery,
                     disk=disk,
                     overrides=bookie_overrides(self.settings.bugs),
+                    autorecovery=(
+                        autorecovery_config(**autorecovery_flags(self.settings.bugs))
+                        if "lose" in self.settings.faults
+                        else None
+                    ),
+                    client_config=self._config,
                 )
                 self.cluster = cluster
                 cluster.net.faults.write_close_loss = self.plan.write_close_loss
@@ -262,6 +275,7 @@ class Simulation:
                     slow.spawn(slow.write_forever)
                     slow.spawn(slow.retention, self.stopping)
                 self.observer = Observer(cluster, self.history)
+                self.history.swap_checks.append(self.observer.check_swap)
                 await (drive or self._run_plan)()
                 nursery.cancel_scope.cancel()
         finally:
@@ -299,8 +313,9 @@ class Simulation:
         await self._final_phase()
 
     def _check(self) -> bool:
-        """Check every invariant now; True if a new violation turned up."""
-        before = len(self.history.violations)
+        """Check every invariant now; True if a new violation turned up since the last
+        check (including those the history recorded the moment they happened)."""
+        before = self._violations_seen
         findings = check_all(self.observer.view(), self.memory)
         for writer in self.writers:  # CHK for the clients' ledger handles too
             if writer.current is not None:
@@ -312,7 +327,8 @@ class Simulation:
             if (invariant, message) not in self.reported:
                 self.reported.add((invariant, message))
                 self.history.violation(invariant, message)
-        return len(self.history.violations) > before
+        self._violations_seen = len(self.history.violations)
+        return self._violations_seen > before
 
     async def _apply(self, step: Step) -> None:
         cluster = self.cluster
@@ -325,6 +341,10 @@ class Simulation:
             await cluster.by_name(step.targets[0]).crash(stale=rng.uniform(0.2, 3.0))
         elif action == "restart":
             await cluster.by_name(step.targets[0]).start()
+        elif action == "lose":
+            target = cluster.by_name(step.targets[0])
+            note_only_copies(self.history, self.observer, target.bookie_id)
+            await target.lose(stale=rng.uniform(0.2, 3.0))
         elif action == "partition":
             i = step.targets.index("|")
             bookies = [cluster.by_name(b).bookie_id for b in step.targets[i + 1 :]]
@@ -434,7 +454,8 @@ class Simulation:
             sb.faults.full = False
             sb.faults.latency = 0.0
             if sb.bookie is not None and sb.bookie.failure is not None:
-                history.trace(f"{sb.name}: read-only ({sb.bookie.failure}), restarting it")
+                why = describe_failure(sb.bookie.failure)
+                history.trace(f"{sb.name}: read-only ({why}), restarting it")
                 await sb.crash(stale=0.0)
             await sb.start()
         self.stopping.set()
@@ -444,6 +465,10 @@ class Simulation:
         if self._check():
             return
         for lid in sorted(history.metadata):
+            stuck = unrecoverable(history.metadata[lid], history.lost)
+            if stuck is not None:
+                history.trace(f"ledger {lid} not recovered: {stuck}")
+                continue
             for _attempt in range(6):
                 md = history.metadata.get(lid)
                 if md is None or md.is_closed:
@@ -452,13 +477,22 @@ class Simulation:
                 await trio.sleep(1.0)
             md = history.metadata.get(lid)
             if md is not None and not md.is_closed:
+                if lid in history.data_lost:  # recovery may need what went with the bookie
+                    history.trace(f"ledger {lid} not recovered: {history.data_lost[lid]}")
+                    continue
                 history.violation("L2", f"ledger {lid} still {md.state.name} after six recoveries")
                 return
         gc_wait = float(SIM_BOOKIE_SETTINGS["gcWaitTime"]) / 1000  # type: ignore[arg-type]
         await trio.sleep(2 * gc_wait + 2)
+        if history.lost:
+            # RR: the workers' time to re-replicate what the lost bookie held, then the check.
+            await trio.sleep(REPLICATION_BOUND + 1)
         if self._check():
             return
         for lid in sorted(history.metadata):
+            if lid in history.data_lost:
+                history.trace(f"ledger {lid} not read back: {history.data_lost[lid]}")
+                continue
             await self.admin.read(lid, must_succeed=True)
         history.trace(f"end: {len(history.metadata)} ledgers checked, network digest {net.digest}")
 

@@ -11,12 +11,19 @@ answer leaves after the crash instant), the disk frozen (nothing the dying proce
 becomes durable), the tasks cancelled, then every file put back to its durable image
 (:mod:`.disk`). The registration lingers for a while, as an expiring session's would.
 :meth:`SimBookie.start` again is the restart: replay from the files, then serve.
+:meth:`SimBookie.lose` is a crash with no coming back: the machine and its disks are gone.
+
+With auto-recovery on (``SimCluster(autorecovery=...)``) each bookie runs an auto-recovery
+node beside it, as a bookie process with ``autoRecoveryDaemonEnabled`` does
+(:mod:`.recovery`): it dies with the bookie, and its session's ephemerals (ledger locks,
+its vote in the auditor election) expire with the registration.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +34,7 @@ from bookiesim.bookie.bookie import AddObserver, Bookie
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.handlers import RequestProcessor
 from bookiesim.bookie.server import BookieServer
+from bookiesim.client.context import ClientConfig
 from bookiesim.metadata.errors import MetadataError, NodeExistsError
 from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.metadata.memory_store import MemoryStore
@@ -38,15 +46,18 @@ from bookiesim.metadata.registration import (
 )
 from bookiesim.metadata.store import join_path
 from bookiesim.sim.network import SimConnection, SimNetwork
+from bookiesim.sim.recovery import AutoRecoveryNode
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Callable
 
+    from bookiesim.autorecovery.config import AutoRecoveryConfig
     from bookiesim.bookie.ledger_storage import EntryHeader
     from bookiesim.sim.disk import SimDisk
     from bookiesim.sim.history import History
 
-__all__ = ["SIM_BOOKIE_SETTINGS", "SimBookie", "SimCluster"]
+__all__ = ["SIM_BOOKIE_SETTINGS", "SimBookie", "SimCluster", "describe_failure"]
 
 SIM_BOOKIE_SETTINGS: dict[str, object] = {
     "journalSyncData": True,  # acknowledged means fsynced: what the crash model relies on
@@ -66,6 +77,13 @@ SIM_BOOKIE_SETTINGS: dict[str, object] = {
 }
 """Small timers and caps, so a minute of virtual time rotates, flushes, evicts, collects
 and compacts many times."""
+
+
+def describe_failure(exc: BaseException | None) -> str:
+    """A bookie's failure for the trace, without file paths: they hold the run's temporary
+    directory and journal ids taken from the wall clock, and two runs of a seed must trace
+    the same lines."""
+    return re.sub(r"'[^']*/[^']*'", "<path>", str(exc))
 
 
 def fenced_add_observer(history: History, bookie_id: str) -> AddObserver:
@@ -100,6 +118,9 @@ class SimBookie:
         self._crashing = False
         self.refused_start = False
         """The last start failed because the disk was full (see :meth:`start`)."""
+        self.lost = False
+        """Lost for good (:meth:`lose`): never starts again."""
+        self.autorecovery: AutoRecoveryNode | None = None
 
     @property
     def up(self) -> bool:
@@ -109,6 +130,9 @@ class SimBookie:
         """Start (or restart) the bookie; False if it failed to (recorded as a violation)."""
         if self.up:
             return True
+        if self.lost:
+            self.cluster.history.trace(f"{self.name} is lost for good: not started")
+            return False
         self.incarnation += 1
         self.refused_start = False
         try:
@@ -124,6 +148,22 @@ class SimBookie:
             self.cluster.history.violation("START", f"{self.name} could not start: {exc!r}")
             return False
         await self._register()
+        config = self.cluster.autorecovery
+        if config is not None and self._nursery is not None:
+            # Once registered, as a bookie process starts its companions.
+            name = f"{self.name}-ar"
+            cluster = self.cluster
+            node = AutoRecoveryNode(
+                name,
+                self.bookie_id,
+                cluster.store,
+                cluster.history,
+                cluster.net.connector(name),
+                config,
+                cluster.client_config(name),
+            )
+            self.autorecovery = node
+            await self._nursery.start(node.run)
         return True
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -191,7 +231,9 @@ class SimBookie:
         then stop choosing it for ensembles, instead of replacing it and choosing it again."""
         await bookie.read_only.wait()
         await self._move_registration(self._read_only_node, self._writable_node)
-        self.cluster.history.trace(f"{self.name} registered read-only ({bookie.failure})")
+        self.cluster.history.trace(
+            f"{self.name} registered read-only ({describe_failure(bookie.failure)})"
+        )
 
     async def _move_registration(self, to: str, away_from: str) -> None:
         """Create the node ``to`` first, then delete ``away_from``: the bookie is never
@@ -231,15 +273,33 @@ class SimBookie:
             f"{self.name} crashed: {restored} files back to their synced content, "
             f"{removed} never-synced files gone"
         )
-        self.cluster.nursery.start_soon(self._expire_registration, stale, self.incarnation)
+        node, self.autorecovery = self.autorecovery, None
+        self.cluster.nursery.start_soon(self._expire_registration, stale, self.incarnation, node)
 
-    async def _expire_registration(self, stale: float, incarnation: int) -> None:
+    async def lose(self, stale: float) -> None:
+        """Lost for good: kill -9 (if it runs) and never again a start; its registration
+        lingers ``stale`` seconds like a crashed one's."""
+        if self.lost:
+            return
+        self.lost = True
+        self.cluster.history.lose(self.bookie_id)
+        if self.up:
+            await self.crash(stale)
+        self.cluster.history.trace(f"{self.name} ({self.bookie_id}) lost for good")
+
+    async def _expire_registration(
+        self, stale: float, incarnation: int, node: AutoRecoveryNode | None
+    ) -> None:
         await trio.sleep(stale)
+        if node is not None:
+            # The dead node's session: its locks and its vote go whether or not the bookie
+            # is back (a restarted bookie runs a new node with a new session).
+            await node.expire()
         if self.incarnation != incarnation or self.up:
             return
-        for node in (self._writable_node, self._read_only_node):
+        for path in (self._writable_node, self._read_only_node):
             with contextlib.suppress(MetadataError):
-                await self.cluster.store.delete(node)
+                await self.cluster.store.delete(path)
 
 
 class SimCluster:
@@ -255,8 +315,14 @@ class SimCluster:
         *,
         disk: SimDisk,
         overrides: dict[str, object] | None = None,
+        autorecovery: AutoRecoveryConfig | None = None,
+        client_config: Callable[[str], ClientConfig] = lambda name: ClientConfig(),
     ) -> None:
         self.root = root
+        self.autorecovery = autorecovery
+        """Each bookie runs an auto-recovery node with this configuration (None: none)."""
+        self.client_config = client_config
+        """The client configuration of the named client (the auto-recovery nodes')."""
         self.history = history
         self.nursery = nursery
         self.store = MemoryStore("memory:simulation")

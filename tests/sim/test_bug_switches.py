@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import pytest
 
+from bookiesim.autorecovery.config import AutoRecoveryConfig
 from bookiesim.cli.main import main as cli_main
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.sim import scenarios
-from bookiesim.sim.bugs import BUGS, bookie_overrides, client_flags
+from bookiesim.sim.bugs import BUGS, autorecovery_flags, bookie_overrides, client_flags
 from bookiesim.sim.runner import SimSettings, run_simulation
 
 SMALL = SimSettings(bookies=4, writers=1, recoverers=1)
@@ -25,7 +26,7 @@ REGRESSIONS: dict[str, tuple[SimSettings, tuple[int, ...], str]] = {
     # Ensemble changes (partitions, loss, delays, crashes) followed by recoveries: recovery
     # starts below the last segment, a re-add fails, and the change it proposes is below it.
     # Seeds of the default campaign.
-    "ensemble-change-below-existing": (SimSettings(steps=30), (2, 29), "S5"),
+    "ensemble-change-below-existing": (SimSettings(steps=30), (18, 31, 37), "S5"),
     # A slowly written ledger pins leastUnflushedLogId; the retention's deletions newer
     # than its log are never reclaimed.
     "gc-below-least-unflushed-only": (
@@ -33,6 +34,13 @@ REGRESSIONS: dict[str, tuple[SimSettings, tuple[int, ...], str]] = {
         (1, 2, 3),
         "RC",
     ),
+    # A bookie crashes or is lost; a replication worker swaps its replacement into the
+    # metadata before copying: the swap names a bookie without the entries. Default seeds.
+    "replication-swaps-before-copy": (SimSettings(steps=30), (1, 2), "RS"),
+    # A bookie is lost; some of its ledgers were closed by a recovery, which fenced them on
+    # bookies that later become the replacement; plain adds are refused there, the ledger
+    # is never healed. Default seeds.
+    "replication-adds-without-recovery-flag": (SimSettings(steps=30), (2, 11, 14), "RR"),
     # A crash leaves logs never sealed, whose headers hold a reused buffer's bytes; after
     # the restart GC believes them, finds no ledger and deletes live entries.
     "gc-trusts-empty-ledgers-map": (
@@ -52,6 +60,8 @@ def test_every_switch_is_listed_and_wired() -> None:
         "ensemble-change-below-existing",
         "gc-trusts-empty-ledgers-map",
         "gc-below-least-unflushed-only",
+        "replication-swaps-before-copy",
+        "replication-adds-without-recovery-flag",
     }
     flags = client_flags(BUGS)
     assert set(flags) == {
@@ -63,8 +73,14 @@ def test_every_switch_is_listed_and_wired() -> None:
         "unsafeEntryLogGarbageHeader",
         "unsafeGcBelowLeastUnflushedOnly",
     }
+    assert set(autorecovery_flags(BUGS)) == {
+        "unsafe_swap_before_copy",
+        "unsafe_replication_adds_without_recovery_flag",
+    }
+    AutoRecoveryConfig(**autorecovery_flags(BUGS))  # real fields
     assert client_flags(()) == {}
     assert bookie_overrides(()) == {}
+    assert autorecovery_flags(()) == {}
 
 
 @pytest.mark.parametrize("bug", sorted(REGRESSIONS))

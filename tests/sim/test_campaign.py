@@ -162,6 +162,8 @@ def test_cli_lists_the_bug_switches(capsys: pytest.CaptureFixture[str]) -> None:
         "ensemble-change-below-existing",
         "gc-trusts-empty-ledgers-map",
         "gc-below-least-unflushed-only",
+        "replication-swaps-before-copy",
+        "replication-adds-without-recovery-flag",
     ]
 
 

@@ -98,6 +98,23 @@ class FaultMachine(RuleBasedStateMachine):
         down = self._down()
         self.sim.apply("restart", down[pick % len(down)])
 
+    def _can_lose(self) -> bool:
+        """One bookie lost per run, and only where every shape fits on the rest (the
+        runner's rule for drawing a loss)."""
+        if not self._on("lose") or self.sim is None:
+            return False
+        if any(sb.lost for sb in self.sim.cluster.bookies.values()):
+            return False
+        widest = max(shape[0] for shape in self.SETTINGS.shapes)
+        return len(BOOKIES) - 1 >= widest
+
+    @precondition(lambda self: self._can_lose())
+    @rule(bookie=st.sampled_from(BOOKIES))
+    def lose(self, bookie: str) -> None:
+        """Lost for good: auto-recovery must heal its ledgers (RR), safely (RS, RL)."""
+        assert self.sim is not None
+        self.sim.apply("lose", bookie)
+
     @precondition(lambda self: self._on("partition"))
     @rule(
         clients=st.sets(st.sampled_from(["writer1", "recoverer1", "recoverer2"]), min_size=1),
@@ -209,6 +226,24 @@ def test_the_fault_machine_keeps_every_invariant() -> None:
     run_state_machine_as_test(FaultMachine, settings=BUDGET)
 
 
+def test_the_machine_keeps_the_replication_invariants_when_a_bookie_is_lost() -> None:
+    """Shapes of at most three bookies, so that one of the four may be lost, and a few
+    fault families beside the loss, so that it comes often; auto-recovery runs beside every
+    bookie. Derandomized: the same examples every time (most of them lose a bookie)."""
+
+    class Losing(FaultMachine):
+        SETTINGS = replace(
+            SETTINGS,
+            shapes=((3, 2, 2), (3, 3, 2), (2, 2, 2)),
+            faults=frozenset({"lose", "crash", "loss", "recover"}),
+        )
+
+    budget = settings(
+        BUDGET, max_examples=8, stateful_step_count=15, derandomize=True, database=None
+    )
+    run_state_machine_as_test(Losing, settings=budget)
+
+
 def test_a_broken_invariant_is_reported_and_shrunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """An invariant that no crash can keep ("every bookie is up"): the machine must find a
     crash, report it through ``check_all`` and shrink the example to that one rule."""
@@ -263,6 +298,6 @@ def test_the_machine_finds_2614_when_recovery_reads_do_not_fence() -> None:
 def test_every_fault_family_has_a_rule() -> None:
     """A new fault family in the plan generator should get a rule here too."""
     ruled = {"crash", "partition", "loss", "spike", "storm", "slow_disk", "disk_full"}
-    ruled |= {"recover", "stop_writer", "write_close"}
+    ruled |= {"recover", "stop_writer", "write_close", "lose"}
     at_start = {"skew", "slow_ledger"}  # the plan's skews; the run's slow writer
     assert set(FAULT_KINDS) - at_start == ruled
