@@ -130,6 +130,15 @@ class _Scan:
     marks: frozenset[int]
     locks: frozenset[str]
 
+    def news_since(self, before: _Scan) -> bool:
+        """Whether someone who scanned ``before`` has something new to look at: marks came
+        or went, or a mark locked then is free now. A lock another worker took is no news:
+        waking for it made idle workers rescan for every lock taken anywhere."""
+        if self.marks != before.marks:
+            return True
+        freed = before.locks - self.locks
+        return any(lock_name(i) in freed for i in self.marks)
+
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -282,38 +291,49 @@ class UnderReplicationManager(UnderReplicationControl):
         for path in empty:  # workers tidy up what a pruning cut short left behind
             await self._prune(path)
         locks = await self._lock_names()
-        self._last_scan = _Scan(frozenset(marks), frozenset(locks))
         held = set(locks)
         free = [i for i in marks if i not in skip and lock_name(i) not in held]
         self._rng.shuffle(free)
-        for ledger_id in free:
-            lock = await self.try_lock(ledger_id, owner)
-            if lock is not None:
-                return lock
-        return None
+        taken: set[str] = set()
+        try:
+            for ledger_id in free:
+                lock = await self.try_lock(ledger_id, owner)
+                if lock is not None:
+                    return lock
+                taken.add(lock_name(ledger_id))
+            return None
+        finally:
+            # A mark another worker locked between the scan and our try counts as locked
+            # then: its release is news for wait_for_marks.
+            self._last_scan = _Scan(frozenset(marks), frozenset(locks) | taken)
 
     async def wait_for_marks(self) -> None:
-        """Return when marks or locks may have changed since this manager's last scan
-        (:meth:`lock_next`, :meth:`under_replicated`); at once if there was none or the
-        tree already differs. May return with nothing new: callers scan again and loop."""
-        changed = trio.Event()
-        async with trio.open_nursery() as nursery:
-            watched: set[str] = set()
-            while True:
-                marks, dirs, _ = await self._walk()
-                new = [d for d in [*dirs, self._locks] if d not in watched]
-                if not new:
-                    break
-                for path in new:
-                    armed = trio.Event()
-                    nursery.start_soon(self._watch_once, path, armed, changed)
-                    await armed.wait()
-                    watched.add(path)
-            now = _Scan(frozenset(marks), frozenset(await self._lock_names()))
-            if self._last_scan is None or now != self._last_scan:
-                changed.set()
-            await changed.wait()
-            nursery.cancel_scope.cancel()
+        """Return when there is news since this manager's last scan (:meth:`lock_next`,
+        :meth:`under_replicated`): marks came or went, or a mark locked then is free now; at
+        once if there was no scan or the tree already differs so. May still return with
+        nothing a caller can lock (a freed mark locked again at once): scan again and loop."""
+        while True:
+            changed = trio.Event()
+            async with trio.open_nursery() as nursery:
+                watched: set[str] = set()
+                while True:
+                    marks, dirs, _ = await self._walk()
+                    new = [d for d in [*dirs, self._locks] if d not in watched]
+                    if not new:
+                        break
+                    for path in new:
+                        armed = trio.Event()
+                        nursery.start_soon(self._watch_once, path, armed, changed)
+                        await armed.wait()
+                        watched.add(path)
+                now = _Scan(frozenset(marks), frozenset(await self._lock_names()))
+                news = self._last_scan is None or now.news_since(self._last_scan)
+                if not news:
+                    await changed.wait()
+                nursery.cancel_scope.cancel()
+            if news:
+                return
+            # Something changed, maybe only a lock taken elsewhere: look again, re-armed.
 
     async def _watch_once(self, path: str, armed: trio.Event, changed: trio.Event) -> None:
         async with self._store.watch(path) as changes:

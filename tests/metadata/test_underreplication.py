@@ -498,6 +498,35 @@ async def test_wait_for_marks_wakes_on_news_only(any_store: MetadataStore) -> No
     assert again.ledger_id == 70000
 
 
+async def test_a_lock_taken_elsewhere_is_no_news(any_store: MetadataStore) -> None:
+    """Idle workers do not rescan for every lock another takes (with many unhealable marks
+    that made them spin); the release of a lock they saw taken still wakes them."""
+    urm = manager(any_store)
+    other = manager(any_store)
+    for ledger_id in (1, 2):
+        await urm.mark_under_replicated(ledger_id, ["b"])
+    first = await other.try_lock(1, "other")
+    assert first is not None
+    mine = await urm.lock_next("w")
+    assert mine is not None
+    assert mine.ledger_id == 2
+    await urm.release(mine)
+    assert await urm.lock_next("w", skip={2}) is None  # as a worker backing off from 2
+    async with trio.open_nursery() as nursery:
+        # The free mark taken by the other worker: nothing for us to do.
+        nursery.start_soon(_later, 0.1, other.try_lock, 2, "other")
+        with trio.move_on_after(0.6) as idle:
+            await urm.wait_for_marks()
+    assert idle.cancelled_caught
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_later, 0.2, other.release, first)
+        with trio.fail_after(5):
+            await urm.wait_for_marks()
+    again = await urm.lock_next("w")
+    assert again is not None
+    assert again.ledger_id == 1
+
+
 # --- the flag, the delay, the ctime ----------------------------------------------------------
 
 
