@@ -66,7 +66,6 @@ __all__ = [
     "CookieOutcome",
     "check_cookies",
     "cookie_dirs",
-    "cookie_node",
     "expected_cookie",
     "read_dir_cookie",
     "stamp_cookies",
