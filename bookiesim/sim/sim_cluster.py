@@ -262,6 +262,8 @@ class SimBookie:
             return
         self.crashes += 1
         self._crashing = True
+        if self.autorecovery is not None:
+            self.autorecovery.store.frozen = True
         self.cluster.net.acceptors[self.bookie_id] = None
         self.cluster.net.reset_bookie(self.bookie_id)
         self.faults.frozen = True

@@ -26,7 +26,7 @@ from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.forwarding import ForwardingStore
 from bookiesim.metadata.ledger_paths import ledger_id_from_path
 from bookiesim.metadata.ledgers import LedgerMetadata
-from bookiesim.metadata.store import ANY_VERSION, basename, join_path
+from bookiesim.metadata.store import ANY_VERSION, Versioned, basename, join_path
 from bookiesim.metadata.underreplication_format import (
     LEDGERS,
     UnderReplicationFormatError,
@@ -118,11 +118,32 @@ class RecordingStore(ForwardingStore):
 
 class SessionStore(RecordingStore):
     """A :class:`RecordingStore` for one auto-recovery node, whose ephemerals
-    :meth:`expire` removes (see the module docstring)."""
+    :meth:`expire` removes (see the module docstring).
+
+    :attr:`frozen` is the node's kill -9: set at the crash instant, before its tasks are
+    cancelled, so that what their cleanup does (release its locks, withdraw its vote) never
+    reaches the store, as nothing a killed process does would. Writes then fail and reads
+    find nothing; the ephemerals stay until :meth:`expire`."""
 
     def __init__(self, inner: MemoryStore, client: str, history: History) -> None:
         super().__init__(inner, client, history)
         self.ephemerals: set[str] = set()
+        self.frozen = False
+
+    def _alive(self, path: str) -> None:
+        if self.frozen:
+            raise MetadataError(f"{path}: {self.client} was killed")
+
+    async def get(self, path: str) -> Versioned | None:
+        return None if self.frozen else await super().get(path)
+
+    async def children(self, path: str) -> list[str]:
+        self._alive(path)
+        return await super().children(path)
+
+    async def set(self, path: str, value: bytes, expected_version: int) -> int:
+        self._alive(path)
+        return await super().set(path, value, expected_version)
 
     async def create(
         self,
@@ -133,6 +154,7 @@ class SessionStore(RecordingStore):
         sequential: bool = False,
         make_parents: bool = False,
     ) -> str:
+        self._alive(path)
         created = await super().create(
             path, value, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
         )
@@ -141,6 +163,7 @@ class SessionStore(RecordingStore):
         return created
 
     async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
+        self._alive(path)
         await super().delete(path, expected_version)
         self.ephemerals.discard(path)
 
