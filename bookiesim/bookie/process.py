@@ -38,6 +38,7 @@ from bookiesim import __version__
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.cookie_check import CookieError, check_cookies
+from bookiesim.bookie.descriptors import DescriptorLimitError, plan_for_config, raise_soft_limit
 from bookiesim.bookie.gc_admin import add_gc_routes
 from bookiesim.bookie.handlers import RequestProcessor
 from bookiesim.bookie.http_admin import (
@@ -336,6 +337,19 @@ def _cookie_errors(exc: BaseException) -> list[CookieError]:
 GIL_SWITCH_INTERVAL = 0.0005
 
 
+def within_descriptor_limit(cfg: BookieConfig) -> BookieConfig:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard one and fit the descriptor caches under
+    it (:mod:`.descriptors`), logging the budget and every cache lowered;
+    :class:`~.descriptors.DescriptorLimitError` if the limit is too small to run at all.
+    For a process that runs one bookie (the budget counts the whole process)."""
+    limit = raise_soft_limit()
+    budget = plan_for_config(limit.soft, cfg)
+    for line in budget.warnings():
+        log.warning("%s", line)
+    log.info("%s", budget.describe(limit.before if limit.before != limit.soft else None))
+    return budget.apply(cfg)
+
+
 def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
     logging.basicConfig(
         level=logging.INFO,
@@ -343,6 +357,11 @@ def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    try:
+        cfg = within_descriptor_limit(cfg)
+    except DescriptorLimitError as exc:
+        log.error("refusing to start: %s", exc)
+        return exit_codes.BAD_CONFIGURATION
     try:
         errors = trio.run(partial(run_until_signalled, cfg, companions=companions))
     except BaseException as exc:
