@@ -48,10 +48,10 @@ from bookiesim.bookie.journal.records import (
 from bookiesim.bookie.journal.service import Completion, GroupCommitPolicy, JournalService
 from bookiesim.bookie.ledger_storage import (
     EntryHeader,
-    LedgerStorage,
     entry_header,
 )
 from bookiesim.bookie.metrics import BookieMetrics
+from bookiesim.bookie.sorted_storage import SortedLedgerStorage, open_ledger_storage
 from bookiesim.entrylog.logger import RotationEvent, RotationReason
 from bookiesim.gc.collector import GarbageCollector
 from bookiesim.gc.policy import CompactionSettings, Throttle
@@ -81,9 +81,7 @@ class Bookie:
         self.metrics = metrics if metrics is not None else BookieMetrics()
         for d in (*cfg.ledger_directories, *cfg.effective_index_directories):
             os.makedirs(os.path.join(d, "current"), exist_ok=True)
-        self.storage = LedgerStorage.from_config(
-            cfg, clock=trio.current_time, on_rotate=self._on_rotate
-        )
+        self.storage = open_ledger_storage(cfg, clock=trio.current_time, on_rotate=self._on_rotate)
         self.handles = HandleFactory(self.storage)
         self._add_observers = tuple(add_observers)
         self._bytes_written = 0
@@ -160,6 +158,8 @@ class Bookie:
                 await nursery.start(self.journal.run)
                 nursery.start_soon(self.sync_thread.run)
                 nursery.start_soon(self._preallocation_loop)
+                if isinstance(self.storage, SortedLedgerStorage):
+                    nursery.start_soon(self.storage.run_flusher)
                 if self.storage.entry_logger.expires_on_timer:
                     nursery.start_soon(self._expiry_loop)
                 await nursery.start(self.gc.run)
@@ -431,6 +431,7 @@ class Bookie:
         logger = self.storage.entry_logger
         return {
             "mode": "entryLogPerLedger" if self.cfg.entry_log_per_ledger_enabled else "interleaved",
+            "ledgerStorage": self.cfg.effective_ledger_storage,
             "upstreamBehaviour": self.cfg.upstream_behaviour,
             "ledgerDirectories": [str(d) for d in self.cfg.ledger_directories],
             "indexDirectories": [str(d) for d in self.cfg.effective_index_directories],

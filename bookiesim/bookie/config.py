@@ -42,7 +42,9 @@ from typing import Final, TypeVar
 
 __all__ = [
     "CONFIG_KEYS",
+    "INTERLEAVED_LEDGER_STORAGE",
     "RULES",
+    "SORTED_LEDGER_STORAGE",
     "BookieConfig",
     "ConfigError",
     "ConfigKey",
@@ -65,9 +67,22 @@ _MIB: Final = 1024 * 1024
 _UPSTREAM_JOURNAL_DIR: Final = Path("/tmp/bk-txn")
 _UPSTREAM_LEDGER_DIR: Final = Path("/tmp/bk-data")
 
+# Upstream's ledger storage classes bookiesim has (ledgerStorageClass), and their short names.
+SORTED_LEDGER_STORAGE: Final = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
+INTERLEAVED_LEDGER_STORAGE: Final = "org.apache.bookkeeper.bookie.InterleavedLedgerStorage"
+_LEDGER_STORAGE_CLASSES: Final = frozenset(
+    {
+        SORTED_LEDGER_STORAGE,
+        INTERLEAVED_LEDGER_STORAGE,
+        "SortedLedgerStorage",
+        "InterleavedLedgerStorage",
+    }
+)
+
 # Sections, in the order the documentation lists them.
 _SERVER: Final = "Server"
 _DIRS: Final = "Directories"
+_STORAGE: Final = "Ledger storage"
 _ENTRYLOG: Final = "Entry logs"
 _CHECKPOINT: Final = "Checkpoint"
 _GC: Final = "Garbage collection and compaction"
@@ -255,6 +270,35 @@ class BookieConfig:
         "indexDirectories",
         (),
         meaning="Directories for ledger index files; empty = ledgerDirectories.",
+    )
+
+    # --- Ledger storage ------------------------------------------------------------------
+    ledger_storage_class: str = _key(
+        _STORAGE,
+        "ledgerStorageClass",
+        INTERLEAVED_LEDGER_STORAGE,
+        upstream_default=SORTED_LEDGER_STORAGE,
+        meaning="How adds reach the entry logs: SortedLedgerStorage keeps them in a sorted "
+        "in-memory table and writes each ledger's entries together at skipListSizeLimit or "
+        "a checkpoint; InterleavedLedgerStorage writes each add to its log at once. Upstream's "
+        "class names or the short ones; DbLedgerStorage is not supported.",
+    )
+    sorted_ledger_storage_enabled: bool = _key(
+        _STORAGE,
+        "sortedLedgerStorageEnabled",
+        True,
+        meaning="BookKeeper 4.3's switch, kept as upstream keeps it: false turns "
+        "ledgerStorageClass=SortedLedgerStorage into InterleavedLedgerStorage.",
+    )
+    skip_list_size_limit: int = _key(
+        _STORAGE,
+        "skipListSizeLimit",
+        64 * _MIB,
+        unit="bytes",
+        minimum=1,
+        maximum=(2**31 - 2) // 2,
+        meaning="SortedLedgerStorage flushes its table to the entry logs once it holds this "
+        "many bytes of entries (and at every checkpoint).",
     )
 
     # --- Entry logs ----------------------------------------------------------------------
@@ -776,6 +820,16 @@ class BookieConfig:
     def effective_journal_directories(self) -> tuple[Path, ...]:
         """The journal directories in use: journalDirectories, else journalDirectory."""
         return self.journal_directories or (self.journal_directory,)
+
+    @property
+    def effective_ledger_storage(self) -> str:
+        """The ledger storage in use, by its short name (SortedLedgerStorage or
+        InterleavedLedgerStorage): ledgerStorageClass, with sortedLedgerStorageEnabled=false
+        turning SortedLedgerStorage into InterleavedLedgerStorage as upstream does."""
+        short = self.ledger_storage_class.rsplit(".", 1)[-1]
+        if short == "SortedLedgerStorage" and not self.sorted_ledger_storage_enabled:
+            return "InterleavedLedgerStorage"
+        return short
 
     @property
     def effective_index_directories(self) -> tuple[Path, ...]:
@@ -1334,6 +1388,21 @@ def _disk_warn_vs_full(c: BookieConfig) -> str | None:
     return None
 
 
+def _ledger_storage_known(c: BookieConfig) -> str | None:
+    name = c.ledger_storage_class
+    if name in _LEDGER_STORAGE_CLASSES:
+        return None
+    if name.rsplit(".", 1)[-1] == "DbLedgerStorage":
+        return (
+            f"{name!r} is not supported by bookiesim (it has no RocksDB index); use "
+            f"{SORTED_LEDGER_STORAGE} or {INTERLEAVED_LEDGER_STORAGE}"
+        )
+    return (
+        f"expected {SORTED_LEDGER_STORAGE} or {INTERLEAVED_LEDGER_STORAGE} (or their short "
+        f"names), got {name!r}"
+    )
+
+
 def _ledger_dirs_present(c: BookieConfig) -> str | None:
     return None if c.ledger_directories else "needs at least one directory"
 
@@ -1409,6 +1478,12 @@ RULES: Final[tuple[Rule, ...]] = (
         "diskUsageWarnThreshold <= diskUsageThreshold.",
         True,
         _disk_warn_vs_full,
+    ),
+    Rule(
+        ("ledgerStorageClass",),
+        "ledgerStorageClass names SortedLedgerStorage or InterleavedLedgerStorage.",
+        False,
+        _ledger_storage_known,
     ),
     Rule(
         ("ledgerDirectories",),

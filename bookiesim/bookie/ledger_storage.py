@@ -23,7 +23,7 @@ process restarts, when the journal is replayed from the last mark persisted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import trio
 
@@ -117,7 +117,7 @@ class LedgerStorage:
         *,
         clock: Callable[[], float],
         on_rotate: Callable[[RotationEvent], None] | None = None,
-    ) -> LedgerStorage:
+    ) -> Self:
         """Open the storage in ``cfg``'s directories.
 
         First, one ``syncfs`` per file system makes durable whatever an earlier process left
@@ -130,7 +130,12 @@ class LedgerStorage:
         writeback.sync_file_systems([*cfg.ledger_directories, *cfg.effective_index_directories])
         logger = EntryLogger.from_config(cfg, clock=clock, on_rotate=on_rotate)
         index = LedgerIndex(cfg.effective_index_directories, max_open_files=cfg.open_file_limit)
-        return cls(logger, index)
+        storage = cls(logger, index)
+        storage.configure(cfg)
+        return storage
+
+    def configure(self, cfg: BookieConfig) -> None:
+        """Take the settings of ``cfg`` that only a subclass has (none here)."""
 
     # -- ledgers -----------------------------------------------------------------------
 

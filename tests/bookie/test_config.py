@@ -87,6 +87,8 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "journalMaxBackups": 5,
     "skipReplayJournalInvalidRecord": False,
     "openFileLimit": 20000,
+    "sortedLedgerStorageEnabled": True,
+    "skipListSizeLimit": 64 * 1024 * 1024,
     "readOnlyModeEnabled": True,
     "diskUsageThreshold": 0.95,
     "diskUsageWarnThreshold": 0.90,
@@ -105,6 +107,10 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
 # Keys whose default we changed on purpose: key -> (ours, upstream's).
 CHANGED_DEFAULTS: dict[str, tuple[object, object]] = {
     "entryLogPerLedgerEnabled": (True, False),
+    "ledgerStorageClass": (
+        "org.apache.bookkeeper.bookie.InterleavedLedgerStorage",
+        "org.apache.bookkeeper.bookie.SortedLedgerStorage",
+    ),
     "httpServerHost": ("127.0.0.1", "0.0.0.0"),
     "httpServerPort": (8000, 8080),
 }
@@ -149,7 +155,7 @@ def test_changed_defaults_are_marked_with_upstreams(
     spec = next(spec for spec in CONFIG_KEYS if spec.key == key)
     assert spec.default == ours
     assert spec.upstream_default is not None
-    assert str(theirs).lower() in spec.upstream_default
+    assert str(theirs).lower() in spec.upstream_default.lower()
 
 
 def test_every_key_is_checked_upstream_changed_or_ours() -> None:
@@ -353,6 +359,8 @@ def test_unknown_key_far_from_all_gets_no_suggestion() -> None:
         ("maximumNumberOfActiveEntryLogs=0", "maximumNumberOfActiveEntryLogs", ">= 1"),
         ("bookiePort=99999999999999999999", "bookiePort", "must be <= 65535"),
         ("gcWaitTime=99999999999999999999", "gcWaitTime", "must be <= 9223372036854775807"),
+        ("skipListSizeLimit=0", "skipListSizeLimit", "must be >= 1"),
+        ("skipListSizeLimit=1073741824", "skipListSizeLimit", "must be <= 1073741823"),
     ],
 )
 def test_ill_typed_or_out_of_range_values_name_key_file_and_line(
@@ -442,6 +450,13 @@ BROKEN: list[tuple[str, str, str]] = [
     ("metadataServiceUri=/tmp/meta.db", "metadataServiceUri", "sqlite:///path"),
     ("bookieAddress=", "bookieAddress", "expected an IP address or host name"),
     ("bookieAddress=my host", "bookieAddress", "expected an IP address or host name"),
+    ("ledgerStorageClass=Foo", "ledgerStorageClass", "expected org.apache.bookkeeper"),
+    ("ledgerStorageClass=", "ledgerStorageClass", "or their short names), got ''"),
+    (
+        "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+        "ledgerStorageClass",
+        "is not supported by bookiesim",
+    ),
 ]
 
 
@@ -625,6 +640,7 @@ _SPECIAL = {
     "ledgerDirectories",
     "metadataServiceUri",
     "bookieAddress",
+    "ledgerStorageClass",
 }
 
 # Characters a value may hold, including the properties syntax's own (=, :, #, !) and
@@ -698,6 +714,16 @@ def valid_mappings(draw: st.DrawFn) -> dict[str, object]:
                 )
             ),
             "bookieAddress": draw(st.sampled_from(["127.0.0.1", "::1", "0.0.0.0", "node-7"])),
+            "ledgerStorageClass": draw(
+                st.sampled_from(
+                    [
+                        "SortedLedgerStorage",
+                        "InterleavedLedgerStorage",
+                        "org.apache.bookkeeper.bookie.SortedLedgerStorage",
+                        "org.apache.bookkeeper.bookie.InterleavedLedgerStorage",
+                    ]
+                )
+            ),
         }
     )
     return mapping
@@ -789,3 +815,34 @@ def test_module_runs_as_a_script() -> None:
         env={**os.environ, "PYTHONWARNINGS": "error"},
     )
     assert result.stdout == render_markdown()
+
+
+@pytest.mark.parametrize(
+    ("mapping", "storage"),
+    [
+        ({}, None),  # the default, whichever it is
+        ({"ledgerStorageClass": "SortedLedgerStorage"}, "SortedLedgerStorage"),
+        (
+            {"ledgerStorageClass": "org.apache.bookkeeper.bookie.SortedLedgerStorage"},
+            "SortedLedgerStorage",
+        ),
+        ({"ledgerStorageClass": "InterleavedLedgerStorage"}, "InterleavedLedgerStorage"),
+        (
+            {"ledgerStorageClass": "SortedLedgerStorage", "sortedLedgerStorageEnabled": "false"},
+            "InterleavedLedgerStorage",
+        ),
+        (
+            {
+                "ledgerStorageClass": "InterleavedLedgerStorage",
+                "sortedLedgerStorageEnabled": "true",
+            },
+            "InterleavedLedgerStorage",
+        ),
+    ],
+)
+def test_ledger_storage_class_takes_upstream_names_and_the_4_3_switch(
+    mapping: dict[str, str], storage: str | None
+) -> None:
+    cfg = BookieConfig.from_mapping(mapping)
+    expected = storage or cfg.ledger_storage_class.rsplit(".", 1)[-1]
+    assert cfg.effective_ledger_storage == expected

@@ -1,0 +1,257 @@
+"""Sorted ledger storage: adds wait in a sorted in-memory table (upstream's SortedLedgerStorage).
+
+Why: with an entry log per ledger and more ledgers written round robin than
+``maximumNumberOfActiveEntryLogs``, writing each add straight to its ledger's log (the
+interleaved storage, :class:`~bookiesim.bookie.ledger_storage.LedgerStorage`) rotates the
+least recently written log on nearly every add and creates a file for the next. Here an add
+only goes into :class:`~bookiesim.bookie.memtable.EntryMemTable`; a *flush* writes the table
+out in (ledger, entry) order, so each ledger's log is touched once per flush.
+
+When the table is flushed
+-------------------------
+- At ``skipListSizeLimit`` bytes: the add that reaches it turns the table into the snapshot,
+  and :meth:`SortedLedgerStorage.run_flusher` (a task of the bookie) writes the snapshot out
+  while new adds fill a fresh table. The entries go to the entry logs' buffers and the
+  index's dirty locations, as an interleaved add would; the next checkpoint makes them
+  durable.
+- At every checkpoint, everything: :meth:`SortedLedgerStorage.checkpoint` flushes the
+  snapshot and then the whole table *before* the interleaved checkpoint's steps (log buffers
+  to the OS, logs fsynced, index written and fsynced). The checkpoint's caller took the
+  journal's synced mark before calling it, and every add is in storage before it is in the
+  journal, so every entry the mark covers has left the table and is in a durable log and
+  index when the mark is persisted; everything after it is replayed from the journal after
+  a crash. Nothing acknowledged depends on the table.
+
+A flush runs on the trio thread in steps (``FLUSH_STEP_BYTES``), letting adds and reads in
+between; one lock keeps flushes one at a time. A write error stops a flush: the entry
+logger has rotated that ledger's log (BP-32), the ledgers not written yet stay in the
+snapshot for the next flush, and the error fails the checkpoint (retried next period, its
+mark not persisted), as an interleaved add's write error would fail the add.
+
+Reads look in the table, then the index. A deleted ledger's entries leave the table at once;
+a flush skips a ledger deleted while it runs.
+
+BP-32's rotations
+-----------------
+Write-close, fence and replication ask to rotate a ledger's log because no more regular
+writes will come. While the ledger still has entries in the table, rotating now would seal
+the log before those entries reach it (and the flush would then start another log for them),
+so the request is kept and applied once a flush has taken the ledger's last entries out of
+the table; the checkpoint that follows seals the log. Expiry and write errors happen in the
+entry logger itself, at flush time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from bookiesim.bookie.ledger_storage import LedgerStorage
+from bookiesim.bookie.memtable import EntryMemTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+
+    from bookiesim.bookie.config import BookieConfig
+    from bookiesim.bookie.ledger_index import LedgerIndex
+    from bookiesim.bookie.ledger_storage import EntryHeader
+    from bookiesim.entrylog.logger import EntryLogger, RotationEvent, RotationReason
+
+__all__ = ["FLUSH_STEP_BYTES", "SortedLedgerStorage", "open_ledger_storage"]
+
+log = logging.getLogger(__name__)
+
+FLUSH_STEP_BYTES: Final = 1 << 20
+"""Bytes of entries a flush writes between two turns of other tasks."""
+FLUSH_RETRY_SECONDS: Final = 1.0
+"""After a failed size-limit flush, the flusher waits this long before it tries again."""
+
+
+class SortedLedgerStorage(LedgerStorage):
+    """:class:`LedgerStorage` with adds held in an :class:`EntryMemTable` until a flush."""
+
+    def __init__(self, entry_logger: EntryLogger, index: LedgerIndex) -> None:
+        super().__init__(entry_logger, index)
+        self.memtable = EntryMemTable()
+        self._pending_rotations: dict[int, RotationReason] = {}
+        self._flush_lock = trio.Lock()
+        self._wake_flusher: Callable[[], None] | None = None
+
+    def configure(self, cfg: BookieConfig) -> None:
+        self.memtable.size_limit = cfg.skip_list_size_limit
+
+    # -- entries -----------------------------------------------------------------------
+
+    def add_entry(self, header: EntryHeader, body: bytes) -> int:
+        """Put the entry in the table; returns 0, since it has no location yet.
+
+        Readable at once, durable after the journal's sync; in an entry log after the next
+        flush.
+        """
+        if self._failure.error is not None:
+            raise self._failure.error
+        entry_id = header.entry_id
+        if entry_id < 0:
+            raise ValueError(f"ledger {header.ledger_id}: entry id {entry_id} is below 0")
+        if self.memtable.add(header.ledger_id, entry_id, body):
+            self._size_limit_reached()
+        return 0
+
+    def _size_limit_reached(self) -> None:
+        self.memtable.snapshot()  # a no-op while the last snapshot is being written
+        if self._wake_flusher is not None:
+            self._wake_flusher()
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        self._require(ledger_id)
+        return max(self.memtable.last_entry_id(ledger_id), self.index.last_entry_id(ledger_id))
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The table's copy if it has one, else the entry log's (via the index)."""
+        if entry_id == -1:
+            entry_id = self.last_entry_id(ledger_id)  # checks the ledger exists
+        body = self.memtable.get(ledger_id, entry_id)
+        if body is not None:  # a ledger's entries leave the table when it is deleted
+            return body
+        return super().read_entry(ledger_id, entry_id)
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        ids = self.memtable.entry_ids(ledger_id)
+        ids.update(super().entry_ids(ledger_id))
+        return sorted(ids)
+
+    def delete_ledger(self, ledger_id: int) -> bool:
+        self.memtable.drop_ledger(ledger_id)
+        self._pending_rotations.pop(ledger_id, None)
+        return super().delete_ledger(ledger_id)
+
+    def rotate_ledger_log(self, ledger_id: int, reason: RotationReason) -> bool:
+        """Rotate now, or once the ledger's entries have left the table (module docstring).
+        True if a rotation happened or is pending."""
+        if not self.memtable.holds(ledger_id):
+            return super().rotate_ledger_log(ledger_id, reason)
+        if self.entry_logger.rotation_policy.on_signal(reason) is None:
+            return False
+        self._pending_rotations[ledger_id] = reason
+        return True
+
+    @property
+    def pending_rotations(self) -> dict[int, RotationReason]:
+        """Ledger -> the rotation waiting for its entries to leave the table (a copy)."""
+        return dict(self._pending_rotations)
+
+    # -- flushes -----------------------------------------------------------------------
+
+    async def flush(self, *, everything: bool) -> None:
+        """Write the snapshot out, then the active table if ``everything`` (a checkpoint) or
+        if it is over the size limit; then apply the rotations that were waiting."""
+        async with self._flush_lock:
+            await self._drive(self._flush_steps())
+            if (everything or self.memtable.over_limit) and self.memtable.snapshot():
+                await self._drive(self._flush_steps())
+            self._apply_pending_rotations()
+
+    def flush_blocking(self) -> None:
+        """Write both tables out, without trio (replay, tests, shutdown)."""
+        if self._flush_lock.locked():
+            raise RuntimeError("a flush of the table is in progress on the trio thread")
+        for _ in self._flush_steps():
+            pass
+        if self.memtable.snapshot():
+            for _ in self._flush_steps():
+                pass
+        self._apply_pending_rotations()
+
+    async def _drive(self, steps: Generator[int]) -> None:
+        work = 0
+        try:
+            for size in steps:
+                work += size
+                if work >= FLUSH_STEP_BYTES:
+                    work = 0
+                    await trio.lowlevel.checkpoint()
+        finally:
+            steps.close()  # cancelled between steps: the rest stays for the next flush
+
+    def _flush_steps(self) -> Generator[int]:
+        """Write the snapshot in (ledger, entry) order; yield each entry's size."""
+        self._failure.check()
+        table = self.memtable
+        add = self.entry_logger.add_entry
+        index = self.index
+        for ledger_id in table.snapshot_ledgers():
+            for entry_id, body in table.snapshot_items(ledger_id):
+                if not index.exists(ledger_id):
+                    break  # deleted meanwhile: its entries are garbage
+                index.set_location(ledger_id, entry_id, add(ledger_id, body))
+                yield len(body)
+            table.release_ledger(ledger_id)
+        table.clear_snapshot()
+
+    def _apply_pending_rotations(self) -> None:
+        pending = self._pending_rotations
+        table = self.memtable
+        for ledger_id, reason in list(pending.items()):
+            if not table.holds(ledger_id):
+                del pending[ledger_id]
+                if self.index.exists(ledger_id):
+                    self.entry_logger.rotate_ledger(ledger_id, reason)
+
+    async def run_flusher(self) -> None:
+        """Flush at ``skipListSizeLimit`` until cancelled (the bookie runs it as a task)."""
+        table = self.memtable
+        try:
+            while True:
+                if not (table.has_snapshot or table.over_limit):
+                    wake = trio.Event()
+                    self._wake_flusher = wake.set
+                    await wake.wait()
+                try:
+                    await self.flush(everything=False)
+                except OSError as exc:
+                    # The entries stay in the table and in the journal; the checkpoint
+                    # retries them (and fails, keeping its mark, while the error lasts).
+                    log.error("flushing the ledger storage's table failed: %s", exc)
+                    await trio.sleep(FLUSH_RETRY_SECONDS)
+        finally:
+            self._wake_flusher = None
+
+    # -- durability --------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Flush the whole table, then the interleaved checkpoint (module docstring)."""
+        await self.flush(everything=True)
+        await super().checkpoint()
+
+    def checkpoint_blocking(self) -> None:
+        self.flush_blocking()
+        super().checkpoint_blocking()
+
+    def close(self) -> None:
+        """Close without flushing: what the table holds is in the journal past the last
+        persisted mark (the bookie's shutdown checkpoints first)."""
+        self.memtable = EntryMemTable(self.memtable.size_limit)
+        self._pending_rotations.clear()
+        super().close()
+
+    def _check(self) -> None:
+        """Assert every invariant. O(entries in the table + pending rotations)."""
+        self.memtable._check()
+        for ledger_id in self.memtable.ledger_ids():
+            assert self.index.exists(ledger_id), f"ledger {ledger_id} in the table, not indexed"
+        for ledger_id in self._pending_rotations:
+            assert self.memtable.holds(ledger_id), f"rotation of {ledger_id} left pending"
+
+
+def open_ledger_storage(
+    cfg: BookieConfig,
+    *,
+    clock: Callable[[], float],
+    on_rotate: Callable[[RotationEvent], None] | None = None,
+) -> LedgerStorage:
+    """The ledger storage ``ledgerStorageClass`` names, opened in ``cfg``'s directories."""
+    if cfg.effective_ledger_storage == "SortedLedgerStorage":
+        return SortedLedgerStorage.from_config(cfg, clock=clock, on_rotate=on_rotate)
+    return LedgerStorage.from_config(cfg, clock=clock, on_rotate=on_rotate)
