@@ -7,7 +7,10 @@ tests and experiments run several in one process through :mod:`bookiesim.cluster
 Start-up order, as upstream's: with a ``metadataServiceUri`` the store session is opened
 first and the cluster's identity ensured (``LAYOUT``, ``INSTANCEID``); then the cookies are
 checked and stamped (:mod:`.cookie_check`), and only then does the ledger storage open, the
-journal replay, the server listen and the bookie register, on that one session.
+journal replay, the server listen and the bookie register, on that one session. Before all
+that, a process running one bookie (:func:`main_sync`) raises its soft ``RLIMIT_NOFILE`` to
+the hard limit and fits the descriptor caches under it (:mod:`.descriptors`); in-process
+clusters share one process and keep their configuration as given.
 
 Companions: a bookie process may run other services beside the bookie, as upstream's
 ``BookieServer`` runs ``AutoRecoveryMain`` when ``autoRecoveryDaemonEnabled`` is set. This

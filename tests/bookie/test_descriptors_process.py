@@ -15,12 +15,13 @@ import re
 import urllib.request
 from typing import TYPE_CHECKING
 
+import pytest
 import trio
 
 from bookiesim.bookie.descriptors import MIN_SOCKETS
 from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager
-from bookiesim.cluster.processes import BOOKIE_PROGRAM, bookie_process
+from bookiesim.cluster.processes import BOOKIE_PROGRAM, ClusterError, bookie_process
 from bookiesim.cluster.testing import BookieTestClient
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
@@ -125,3 +126,19 @@ def test_soft_limit_raised_to_hard(tmp_path: Path) -> None:
         assert bookie.stop() == 0
     line = budget_line(bookie.log_path.read_text())
     assert re.search(r"limit 1024 \(soft limit raised from 200\)", line), line
+
+
+def test_too_small_a_limit_is_refused_in_one_line(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ClusterError) as caught,
+        bookie_process(tmp_path, program=under_ulimit(64, 64)),
+    ):
+        pass
+    assert "exited with code 2" in str(caught.value)
+    refusals = [
+        line for line in (tmp_path / "bookie.log").read_text().splitlines() if "ERROR" in line
+    ]
+    assert len(refusals) == 1, refusals
+    assert "refusing to start: the open-file limit (64) is too small for a bookie" in refusals[0]
+    assert "raise `ulimit -n`" in refusals[0]
+    assert not (tmp_path / "ledgers").exists(), "nothing may be opened before the refusal"
