@@ -10,7 +10,8 @@ fsyncs the index before the journal mark moves.)
 
 A bookie may hold far more ledgers than it may hold open files, so the index keeps at most
 ``max_open_files`` descriptors open, closing the least recently used one to open another
-(upstream's ``openFileLimit``, 900 by default). A file only needs a descriptor to read an entry
+(upstream's ``openFileLimit``; a bookie process lowers it to fit the open-file limit, see
+:mod:`bookiesim.bookie.descriptors`). A file only needs a descriptor to read an entry
 that is not dirty, to flush, and to fsync; each :class:`IndexFile` asks its tracker before it
 opens one, so the cap holds at every instant, not just between calls. Closing a file for room
 only closes the descriptor: its dirty state stays in memory until the next flush. (Upstream
@@ -66,8 +67,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_OPEN_FILES", "LedgerIndex"]
 
-DEFAULT_MAX_OPEN_FILES: Final = 900
-"""Upstream's ``openFileLimit`` default."""
+DEFAULT_MAX_OPEN_FILES: Final = 20000
+"""Upstream's ``openFileLimit`` default (the configuration's too)."""
 _DELETION_HISTORY: Final = 65536
 """Ledger deletions remembered for :meth:`LedgerIndex.deleted_since`; beyond that its
 caller falls back to checking every ledger."""
