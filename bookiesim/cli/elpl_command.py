@@ -1,5 +1,6 @@
 """``bookiesim sim elpl``: interleaved vs entry log per ledger, with and without write-close
-(BP-32), optionally against upstream's behaviour (issue #2728); see docs/gc.md."""
+(BP-32), optionally against upstream's behaviour (issue #2728) and with a bookie lost and
+re-replicated, write-close after replication on and off (issue 24); see docs/gc.md."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
@@ -17,10 +19,12 @@ from bookiesim.console import make_console
 from bookiesim.sim.elpl.experiment import (
     DEFAULT_SETTINGS,
     ExperimentConfig,
+    config_of,
     run_experiment,
     run_matrix,
     scaled_settings,
 )
+from bookiesim.sim.elpl.loss import AUTORECOVERY_SETTINGS
 from bookiesim.sim.elpl.report import (
     plot_experiment,
     render_table,
@@ -28,8 +32,10 @@ from bookiesim.sim.elpl.report import (
     summarize_experiment,
     write_json,
 )
-from bookiesim.sim.elpl.run import RunSpec, config_of
 from bookiesim.sim.elpl.workload import ClusterShape, WorkloadSpec
+
+if TYPE_CHECKING:
+    from bookiesim.sim.elpl.run import RunSpec
 
 __all__ = ["REAL_TIME_LEDGERS", "REAL_TIME_SCALE", "build_config", "main", "register"]
 
@@ -63,6 +69,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also run per-ledger bookies as upstream behaves (lazy expiry, GC below "
         "leastUnflushedLogId only, no write-close): issue #2728",
+    )
+    p.add_argument(
+        "--bookie-loss",
+        action="store_true",
+        help="also run two per-ledger runs that lose a bookie for good at --loss-at, with "
+        "auto-recovery re-replicating its ledgers, with and without write-close after "
+        "replication (the cluster gets a bookie more than the ensemble if it has none)",
+    )
+    p.add_argument(
+        "--loss-at",
+        type=float,
+        help="seconds of the uncompressed workload at which the bookie is lost (default: "
+        "half the duration)",
     )
     p.add_argument(
         "--write-close",
@@ -158,7 +177,11 @@ def build_config(args: argparse.Namespace) -> ExperimentConfig:
     )
     if scale != 1:
         workload = workload.compressed(scale)
-    settings = scaled_settings(DEFAULT_SETTINGS, scale)
+    loss_at = args.loss_at if args.loss_at is not None else args.duration / 2
+    if args.bookie_loss and not 0 <= loss_at < args.duration:
+        raise ValueError(f"--loss-at {loss_at:g}: must be within the workload's duration")
+    defaults = {**DEFAULT_SETTINGS, **(AUTORECOVERY_SETTINGS if args.bookie_loss else {})}
+    settings = scaled_settings(defaults, scale)
     for item in args.settings:
         key, sep, value = item.partition("=")
         if not sep:
@@ -167,9 +190,16 @@ def build_config(args: argparse.Namespace) -> ExperimentConfig:
     # Validates keys, values and their combinations now, and shows typed values in the output.
     typed = config_of(settings).to_mapping()
     settings = {key: typed[key] for key in settings}
-    shape = ClusterShape(args.bookies, args.ensemble, args.write_quorum, args.ack_quorum)
+    bookies = args.bookies
+    if args.bookie_loss:
+        bookies = max(bookies, args.ensemble + 1)  # the lost bookie needs a replacement
+    shape = ClusterShape(bookies, args.ensemble, args.write_quorum, args.ack_quorum)
     runs: tuple[RunSpec, ...] = tuple(
-        run_matrix(write_close=args.write_close, upstream=args.upstream_behaviour)
+        run_matrix(
+            write_close=args.write_close,
+            upstream=args.upstream_behaviour,
+            bookie_loss=args.bookie_loss,
+        )
     )
     return ExperimentConfig(
         workload=workload,
@@ -180,6 +210,7 @@ def build_config(args: argparse.Namespace) -> ExperimentConfig:
         virtual_time=virtual,
         time_scale=scale,
         data_dir=args.data_dir,
+        loss_at=loss_at / scale,
     )
 
 

@@ -11,6 +11,7 @@ with the timers shrunk so that both compactions run within it.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +24,7 @@ from bookiesim.sim.elpl.experiment import (
     run_matrix,
     scaled_settings,
 )
+from bookiesim.sim.elpl.loss import AUTORECOVERY_SETTINGS
 from bookiesim.sim.elpl.report import summarize_experiment
 from bookiesim.sim.elpl.workload import (
     ClusterShape,
@@ -200,3 +202,81 @@ def test_upstream_slow_ledger_pins_pointer_and_stalls_reclaim(summary: dict[str,
     assert ours["slowLedgerPinsPointer"]
     assert ours["reclaimedLedgers"] == ours["deletedLedgers"]
     assert ours["finalDiskOverLive"] < 1.05
+
+
+# -- the bookie-loss scenario (issue 24) ----------------------------------------------------
+
+LOSS_WORKLOAD = replace(SMALL, ledgers=24, delete_fraction=0.5, retention=200)
+
+
+@pytest.fixture(scope="module")
+def loss_summary() -> dict[str, Any]:
+    """Four bookies (a replacement for the lost one), the two bookie-loss runs only."""
+    config = ExperimentConfig(
+        workload=LOSS_WORKLOAD,
+        shape=ClusterShape(bookies=4),
+        settings={**SETTINGS, **AUTORECOVERY_SETTINGS},
+        runs=tuple(r for r in run_matrix(bookie_loss=True) if r.bookie_loss),
+        seed=3,
+        loss_at=500,
+    )
+    return summarize_experiment(run_experiment(config))
+
+
+def test_bookie_loss_runs_are_in_the_matrix_only_when_asked() -> None:
+    assert not any(r.bookie_loss for r in run_matrix())
+    losses = [r for r in run_matrix(write_close="off", bookie_loss=True) if r.bookie_loss]
+    assert [r.replication_write_close for r in losses] == [True, False]
+    assert all(r.per_ledger and r.sends_write_close for r in losses)
+    everything = run_matrix(upstream=True, bookie_loss=True)
+    assert len({r.slug for r in everything}) == len({r.name for r in everything}) == 6
+
+
+@pytest.mark.slow
+def test_write_close_after_replication_seals_the_copies_at_once(
+    loss_summary: dict[str, Any],
+) -> None:
+    bounds = loss_summary["bounds"]
+    on = _run(loss_summary, "per-ledger, bookie lost, write-close after replication on")
+    off = _run(loss_summary, "per-ledger, bookie lost, write-close after replication off")
+    for run in (on, off):
+        loss = run["bookieLoss"]
+        assert loss["lossAt"] == 500
+        assert loss["healedLedgers"] == loss["affectedLedgers"] > 0
+        assert loss["copiesSealed"] == loss["copies"] >= loss["affectedLedgers"]
+    # On: each copy's log rotated (reason replication) as soon as the copy was done, within
+    # the tracker's poll; off: the log stays active until it expires.
+    assert on["bookieLoss"]["sealSeconds"]["max"] <= 1.0
+    assert on["rotations"]["replication"] >= on["bookieLoss"]["copies"]
+    assert off["rotations"].get("replication", 0) == 0
+    assert off["bookieLoss"]["sealSeconds"]["p50"] >= bounds["expiry"] - 1.0
+    assert off["rotations"]["expiry"] >= off["bookieLoss"]["copies"]
+
+
+def test_the_bookie_loss_option_adds_a_bookie_and_two_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sim", "elpl", "--virtual-time", "--bookie-loss", "--write-close", "on", "--json"]
+    args += ["--out", str(tmp_path), "--seed", "3", "--duration", "300", "--drain", "120"]
+    args += ["--ledgers", "8", "--entry-size", "512", "--retention", "100", "--loss-at", "200"]
+    args += ["--short-lifetime", "40", "--slow-interval", "30", "--sample-interval", "10"]
+    for key, value in SETTINGS.items():
+        args += ["--set", f"{key}={value}"]
+    assert cli_main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["cluster"]["bookies"] == 4  # E=3 and a replacement
+    assert summary["bookieSettings"]["lostBookieRecoveryDelay"] == 0
+    names = [r["run"] for r in summary["runs"]]
+    assert names[-2:] == [
+        "per-ledger, bookie lost, write-close after replication on",
+        "per-ledger, bookie lost, write-close after replication off",
+    ]
+    samples = json.loads((tmp_path / "samples.json").read_text())
+    assert "copies" in samples[-1]
+    assert (tmp_path / "elpl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_loss_outside_the_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sim", "elpl", "--virtual-time", "--bookie-loss", "--duration", "300"]
+    assert cli_main([*args, "--loss-at", "400"]) == 2
+    assert "--loss-at 400" in capsys.readouterr().err

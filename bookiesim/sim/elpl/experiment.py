@@ -20,6 +20,10 @@ mechanism, and are printed with the results:
 In real time (no ``--virtual-time``) the workload and every timer are compressed by the time
 scale (durations divided, rates multiplied), so a two-hour workload takes ``7200 / scale``
 seconds; integer keys are rounded (at least 1).
+
+The bookie-loss runs (``--bookie-loss``, :mod:`.loss`) add auto-recovery's keys at upstream's
+defaults (:data:`~.loss.AUTORECOVERY_SETTINGS`), scaled like the others, and need a bookie
+more than the ensemble so that the lost one has a replacement.
 """
 
 from __future__ import annotations
@@ -34,13 +38,9 @@ from typing import TYPE_CHECKING
 import trio
 import trio.testing
 
-from bookiesim.sim.elpl.run import (
-    RunResult,
-    RunSpec,
-    config_of,
-    run_experiment_run,
-    settings_to_overrides,
-)
+from bookiesim.autorecovery.config import AutoRecoveryConfig
+from bookiesim.bookie.config import CONFIG_KEYS, BookieConfig
+from bookiesim.sim.elpl.run import RunResult, RunSpec, run_experiment_run
 from bookiesim.sim.elpl.workload import (
     ClusterShape,
     LedgerPlan,
@@ -55,9 +55,11 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "ExperimentConfig",
     "ExperimentResult",
+    "config_of",
     "run_experiment",
     "run_matrix",
     "scaled_settings",
+    "settings_to_overrides",
 ]
 
 MIB = 1 << 20
@@ -73,12 +75,36 @@ DEFAULT_SETTINGS: Mapping[str, object] = {
     "journalSyncData": False,
 }
 
-_MILLIS_KEYS = ("gcWaitTime", "flushInterval")
+_MILLIS_KEYS = (
+    "gcWaitTime",
+    "flushInterval",
+    "openLedgerRereplicationGracePeriod",
+    "lockReleaseOfFailedLedgerGracePeriod",
+    "rwRereplicateBackoffMs",
+)
 _SECONDS_KEYS = (
     "entrylogMapAccessExpiryTimeInSeconds",
     "minorCompactionInterval",
     "majorCompactionInterval",
+    "lostBookieRecoveryDelay",
 )
+
+
+_ATTR_OF_KEY = {spec.key: spec.attr for spec in CONFIG_KEYS}
+
+
+def config_of(settings: Mapping[str, object]) -> BookieConfig:
+    """A bookie configuration with ``settings`` (upstream keys), validated and coerced as a
+    configuration file's would be (directories are placeholders)."""
+    return BookieConfig.from_mapping(
+        {"journalDirectory": "/nonexistent", "ledgerDirectories": "/nonexistent", **settings}
+    )
+
+
+def settings_to_overrides(settings: Mapping[str, object]) -> dict[str, object]:
+    """Bookie settings by upstream key (``gcWaitTime``) -> ``BookieConfig.replace`` names."""
+    cfg = config_of(settings)
+    return {_ATTR_OF_KEY[key]: getattr(cfg, _ATTR_OF_KEY[key]) for key in settings}
 
 
 def scaled_settings(settings: Mapping[str, object], factor: float) -> dict[str, object]:
@@ -104,17 +130,26 @@ def scaled_settings(settings: Mapping[str, object], factor: float) -> dict[str, 
     return out
 
 
-def run_matrix(*, write_close: str = "both", upstream: bool = False) -> list[RunSpec]:
+def run_matrix(
+    *, write_close: str = "both", upstream: bool = False, bookie_loss: bool = False
+) -> list[RunSpec]:
     """The runs: interleaved once (write-close cannot change anything with one shared log:
     there is no per-ledger log to rotate), per-ledger with write-close on and/or off, and
     with ``upstream`` per-ledger as upstream behaves (no write-close there). Interleaved
     under ``upstreamBehaviour`` is not run: with one log, rotated logs are always below
-    leastUnflushedLogId, so upstream's GC sees exactly what ours sees."""
+    leastUnflushedLogId, so upstream's GC sees exactly what ours sees. With ``bookie_loss``,
+    per-ledger runs (writers' write-close on) that lose a bookie, with write-close after
+    replication on and off."""
     choices = {"on": (True,), "off": (False,), "both": (True, False)}[write_close]
     runs = [RunSpec(per_ledger=False, write_close=choices[0])]
     runs += [RunSpec(per_ledger=True, write_close=wc) for wc in choices]
     if upstream:
         runs.append(RunSpec(per_ledger=True, write_close=False, upstream=True))
+    if bookie_loss:
+        runs += [
+            RunSpec(per_ledger=True, write_close=True, bookie_loss=True, replication_write_close=r)
+            for r in (True, False)
+        ]
     return runs
 
 
@@ -133,6 +168,8 @@ class ExperimentConfig:
     """Where the bookies' files go (a subdirectory per run, removed after it); default a
     new temporary directory, on /dev/shm under virtual time (fsync costs nothing there, and
     in virtual time it would not count anyway)."""
+    loss_at: float | None = None
+    """Seconds into the (compressed) run at which the bookie-loss runs lose a bookie."""
 
     @property
     def bounds(self) -> dict[str, float]:
@@ -179,6 +216,8 @@ def run_experiment(
     ``MockClock`` with autojump when ``virtual_time``)."""
     plans = plan_workload(config.workload, config.shape, config.seed)
     overrides = settings_to_overrides(config.settings)
+    autorecovery = AutoRecoveryConfig.from_bookie_config(config_of(config.settings))
+    loss_at = config.loss_at if config.loss_at is not None else config.workload.duration / 2
     root, owned = _data_root(config)
     results = []
     try:
@@ -198,6 +237,8 @@ def run_experiment(
                     seed=config.seed,
                     virtual_time=config.virtual_time,
                     progress=lambda t: progress(run, t),
+                    loss_at=loss_at,
+                    autorecovery=autorecovery,
                 )
 
             results.append(trio.run(main, clock=clock))

@@ -169,6 +169,12 @@ class ReclaimTracker:
                 del self._pending[ledger_id][bookie_id]
                 self._settle(ledger_id, now)
 
+    def bookie_gone(self, bookie_id: str, now: float) -> None:
+        """``bookie_id`` is lost for good: what it held no longer takes space anywhere."""
+        for ledger_id in list(self._pending):
+            if self._pending[ledger_id].pop(bookie_id, None) is not None:
+                self._settle(ledger_id, now)
+
     def _settle(self, ledger_id: int, now: float) -> None:
         if not self._pending[ledger_id]:
             del self._pending[ledger_id]

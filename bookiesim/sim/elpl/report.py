@@ -11,6 +11,10 @@ Figures a reader checks against BP-32 and the issue:
 * ``peakOpenLogFiles`` / ``peakActiveLogs``: the descriptor growth BP-32 is about.
 * ``slowLedgerPinsPointer`` and ``reclaimedLedgers``: issue #2728 — under upstream's GC a
   pinned leastUnflushedLogId stops all reclaim; ours is pinned too but reclaims anyway.
+* ``bookieLoss`` (the bookie-loss runs, issue 24): on the bookies that received the lost
+  bookie's copies, ``sealSeconds`` from the copy to its log no longer being active — at once
+  with write-close after replication, after the log's expiry without — and
+  ``reclaimAfterCopySeconds`` for the copied ledgers deleted later.
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ if TYPE_CHECKING:
     from bookiesim.sim.elpl.experiment import ExperimentResult
     from bookiesim.sim.elpl.run import RunResult
 
-__all__ = ["plot_experiment", "render_table", "summarize_experiment", "summarize_run"]
+__all__ = [
+    "plot_experiment",
+    "render_loss_table",
+    "render_table",
+    "summarize_experiment",
+    "summarize_run",
+]
 
 MIB = 1 << 20
 
@@ -86,6 +96,19 @@ def summarize_run(result: RunResult) -> dict[str, Any]:
         "rotations": dict(sorted(result.rotations.items())),
         "writeClosesSent": result.write_closes_sent,
         "wallSeconds": round(result.wall_seconds, 3),
+        **_loss_summary(result),
+    }
+
+
+def _loss_summary(result: RunResult) -> dict[str, Any]:
+    if not result.run.bookie_loss:
+        return {}
+    loss = dict(result.loss or {})
+    loss.pop("copyRecords", None)
+    return {
+        "replicationWriteClose": result.run.replication_write_close,
+        "writesFenced": result.writes_fenced,
+        "bookieLoss": loss,
     }
 
 
@@ -171,6 +194,7 @@ def render_table(summary: dict[str, Any], console: Console) -> None:
             " / ".join(_secs(reclaim[q]) for q in ("p50", "p95", "max")),
         )
     console.print(table)
+    render_loss_table(summary, console)
     ratio = summary["copiedRatioInterleavedOverPerLedger"]
     copied = summary["copiedBytes"]
     if copied["interleaved"] is not None and copied["perLedger"]:
@@ -181,6 +205,71 @@ def render_table(summary: dict[str, Any], console: Console) -> None:
             )
         else:
             console.print(f"compaction copied {ratio:.1f}x more interleaved than per-ledger")
+
+
+def render_loss_table(summary: dict[str, Any], console: Console) -> None:
+    """The bookie-loss runs: what re-replication left on the receiving bookies."""
+    runs = [r for r in summary["runs"] if r.get("bookieLoss")]
+    if not runs:
+        return
+    table = Table(
+        title="bookie lost: the receiving bookies",
+        caption=f"expiry = {summary['bounds']['expiry']:g} s; "
+        f"flushInterval + gcWaitTime = {summary['bounds']['flushPlusGcWait']:g} s",
+    )
+    table.add_column("run")
+    for name in (
+        "lost at s",
+        "ledgers\nhealed",
+        "last heal\ns after loss",
+        "copies sealed",
+        "copy→sealed s\np50 / max",
+        "rotations\nreplication / expiry",
+        "deleted after copy\nreclaimed",
+        "delete→reclaim s\np50 / max",
+    ):
+        table.add_column(name, justify="right")
+    for r in runs:
+        loss = r["bookieLoss"]
+        seal, reclaim = loss["sealSeconds"], loss["reclaimAfterCopySeconds"]
+        rot = r["rotations"]
+        table.add_row(
+            r["run"],
+            _secs(loss["lossAt"]),
+            f"{loss['healedLedgers']}/{loss['affectedLedgers']}",
+            _secs(loss["lastHealSeconds"]),
+            f"{loss['copiesSealed']}/{loss['copies']}",
+            f"{_secs(seal['p50'])} / {_secs(seal['max'])}",
+            f"{rot.get('replication', 0)} / {rot.get('expiry', 0)}",
+            f"{loss['reclaimedAfterCopy']}/{loss['deletedAfterCopy']}",
+            f"{_secs(reclaim['p50'])} / {_secs(reclaim['max'])}",
+        )
+    console.print(table)
+
+
+def _plot_loss(active: Any, seal: Any, run: RunResult, end: float, colour: str, style: str) -> None:
+    """The bookie-loss row of the plot, for one run."""
+    label = run.run.name
+    samples = [s for s in run.samples if s.copies_active is not None]
+    active.plot(
+        [s.t / 60 for s in samples],
+        [s.copies_active for s in samples],
+        label=label,
+        color=colour,
+        linestyle=style,
+    )
+    copies = (run.loss or {}).get("copyRecords", [])
+    sealed = [
+        (c["at"] / 60, max(c["sealedAt"] - c["at"], 0.1))
+        for c in copies
+        if c["sealedAt"] is not None
+    ]
+    open_ = [(c["at"] / 60, max(end - c["at"], 0.1)) for c in copies if c["sealedAt"] is None]
+    if sealed:
+        seal.scatter(*zip(*sealed, strict=True), s=10, color=colour, label=label)
+    if open_:
+        seal.scatter(*zip(*open_, strict=True), s=18, marker="x", color=colour)
+    active.legend(fontsize=8)
 
 
 def write_json(summary: dict[str, Any], path: Path) -> None:
@@ -197,6 +286,7 @@ def samples_json(result: ExperimentResult) -> list[dict[str, Any]]:
                 {"ledgerId": lid, "deletedAt": at, "seconds": delay}
                 for lid, at, delay in r.reclaims
             ],
+            "copies": [] if r.loss is None else r.loss["copyRecords"],
         }
         for r in result.runs
     ]
@@ -211,7 +301,9 @@ def plot_experiment(result: ExperimentResult, summary: dict[str, Any], path: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(4, 2, figsize=(12, 13), dpi=80, sharex=True)
+    losses = [r for r in result.runs if r.run.bookie_loss]
+    rows = 5 if losses else 4
+    fig, axes = plt.subplots(rows, 2, figsize=(12, 3.25 * rows), dpi=80, sharex=True)
     panels = axes.flatten()
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     bounds = summary["bounds"]
@@ -248,6 +340,8 @@ def plot_experiment(result: ExperimentResult, summary: dict[str, Any], path: Pat
             panels[6].scatter(*zip(*done, strict=True), s=10, color=colour)
         if waiting:
             panels[6].scatter(*zip(*waiting, strict=True), s=18, marker="x", color=colour)
+        if run.run.bookie_loss:
+            _plot_loss(panels[8], panels[9], run, result.config.workload.end, colour, style)
     panels[6].set_yscale("log")
     if result.runs:
         first = result.runs[0]
@@ -273,6 +367,14 @@ def plot_experiment(result: ExperimentResult, summary: dict[str, Any], path: Pat
         "dotted: flushInterval + gcWaitTime, dashed: + expiry",
         "deleted ledgers awaiting reclaim",
     ]
+    if losses:
+        panels[9].set_yscale("log")
+        panels[9].axhline(bounds["expiry"], color="grey", linestyle="--", linewidth=1)
+        titles += [
+            "bookie lost: re-replicated ledgers still in an active log on their receiver",
+            "bookie lost: copy → its log sealed on the receiver (s), by copy time;\n"
+            "x: not sealed by the end (≥); dashed: expiry",
+        ]
     for ax, title in zip(panels, titles, strict=True):
         ax.set_title(title, fontsize=9)
         ax.grid(True, alpha=0.3)

@@ -11,6 +11,13 @@ Write-close off means the bookies do not advertise it in their registration, so 
 does not send it — exactly what a client sees with bookies that do not know the operation.
 With ``upstreamBehaviour`` the bookies advertise nothing either (as a bookie process would
 register itself).
+
+A bookie-loss run (:mod:`.loss`) also runs a stand-alone auto-recovery service from the start
+and stops one bookie for good at ``loss_at``; write-close after replication is on or off in
+the service's configuration, the writer's own write-close stays on. A ledger that
+auto-recovery fences while it is still written (its last ensemble had the lost bookie and its
+writer did not replace it within ``openLedgerRereplicationGracePeriod``) ends there, as a
+fenced writer's would; the slow ledger's writer then starts a new one, as Pulsar rolls over.
 """
 
 from __future__ import annotations
@@ -22,13 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bookiesim.bookie.config import CONFIG_KEYS, BookieConfig
+from bookiesim.autorecovery.service import AutoRecoveryService
 from bookiesim.client.bookkeeper import BookKeeper, ClientConfig
 from bookiesim.client.digest import DigestManager, DigestType
+from bookiesim.client.errors import BKError
 from bookiesim.cluster.in_process import LocalCluster, running_cluster
 from bookiesim.metadata.ledgers import LedgerManager
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.registration import FEATURE_WRITE_CLOSE
+from bookiesim.sim.elpl.loss import AUTORECOVERY_ID, LossTracker, choose_victim, ledger_metadata
 from bookiesim.sim.elpl.probes import (
     GcObserver,
     ReclaimTracker,
@@ -46,16 +55,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
+    from bookiesim.autorecovery.config import AutoRecoveryConfig
+    from bookiesim.client.ledger_handle import LedgerHandle
+
 __all__ = [
     "RunResult",
     "RunSpec",
     "Sample",
-    "config_of",
     "run_experiment_run",
-    "settings_to_overrides",
 ]
-
-_ATTR_OF_KEY = {spec.key: spec.attr for spec in CONFIG_KEYS}
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,10 @@ class RunSpec:
     per_ledger: bool
     write_close: bool
     upstream: bool = False
+    bookie_loss: bool = False
+    """A bookie is lost for good at ``loss_at`` and auto-recovery heals its ledgers."""
+    replication_write_close: bool = True
+    """With a loss: WriteClose to the bookie that received the copies (BP-32's third case)."""
 
     @property
     def name(self) -> str:
@@ -72,12 +84,17 @@ class RunSpec:
             return "interleaved" + (" (upstream)" if self.upstream else "")
         if self.upstream:
             return "per-ledger, upstream"
+        if self.bookie_loss:
+            on = "on" if self.replication_write_close else "off"
+            return f"per-ledger, bookie lost, write-close after replication {on}"
         return f"per-ledger, write-close {'on' if self.write_close else 'off'}"
 
     @property
     def slug(self) -> str:
         mode = "per-ledger" if self.per_ledger else "interleaved"
         wc = "wc-on" if self.write_close else "wc-off"
+        if self.bookie_loss:
+            wc = f"loss-rwc-{'on' if self.replication_write_close else 'off'}"
         return f"{mode}-{'upstream' if self.upstream else wc}"
 
     @property
@@ -104,6 +121,9 @@ class Sample:
     """Every slow ledger's active log is at or above leastUnflushedLogId on every bookie
     holding it, i.e. the pointer cannot pass it; None before the slow ledgers exist, and
     in interleaved mode (the pointer always sits at the one shared log)."""
+    copies_active: int | None = None
+    """Bookie-loss runs, after the loss: re-replicated ledgers whose log on the bookie that
+    received the copies is still active (None otherwise)."""
 
 
 @dataclass
@@ -124,20 +144,10 @@ class RunResult:
     rotations: dict[str, int] = field(default_factory=dict)
     write_closes_sent: int = 0
     wall_seconds: float = 0.0
-
-
-def config_of(settings: Mapping[str, object]) -> BookieConfig:
-    """A bookie configuration with ``settings`` (upstream keys), validated and coerced as a
-    configuration file's would be (directories are placeholders)."""
-    return BookieConfig.from_mapping(
-        {"journalDirectory": "/nonexistent", "ledgerDirectories": "/nonexistent", **settings}
-    )
-
-
-def settings_to_overrides(settings: Mapping[str, object]) -> dict[str, object]:
-    """Bookie settings by upstream key (``gcWaitTime``) -> ``BookieConfig.replace`` names."""
-    cfg = config_of(settings)
-    return {_ATTR_OF_KEY[key]: getattr(cfg, _ATTR_OF_KEY[key]) for key in settings}
+    loss: dict[str, Any] | None = None
+    """Bookie-loss runs: :meth:`.loss.LossTracker.summary`, and ``copyRecords``."""
+    writes_fenced: int = 0
+    """Ledgers whose writer was fenced off (auto-recovery recovered them), loss runs only."""
 
 
 def _entry_overhead(digest: DigestType) -> int:
@@ -162,6 +172,8 @@ class _Recorder:
         self.slow_ledgers: set[int] = set()
         self.tracker = ReclaimTracker()
         self.observers: dict[str, GcObserver] = {}
+        self.loss: LossTracker | None = None
+        self.writes_fenced = 0
 
     def now(self) -> float:
         return trio.current_time() - self.t0
@@ -215,6 +227,7 @@ class _Recorder:
             copied_bytes=sum(o.copied_bytes for o in self.observers.values()),
             awaiting_reclaim=self.tracker.awaiting,
             slow_pins_pointer=self._slow_pins_pointer(),
+            copies_active=None if self.loss is None else self.loss.active_copies,
         )
 
     def _slow_pins_pointer(self) -> bool | None:
@@ -267,9 +280,12 @@ async def run_experiment_run(
     seed: int,
     virtual_time: bool,
     progress: Callable[[float], None] = lambda t: None,
+    loss_at: float | None = None,
+    autorecovery: AutoRecoveryConfig | None = None,
 ) -> RunResult:
     """Run the workload once against a fresh cluster under ``root``; see the module
-    docstring. ``progress`` gets the run's elapsed seconds at every sample."""
+    docstring. ``progress`` gets the run's elapsed seconds at every sample. A bookie-loss
+    run needs ``loss_at`` (seconds into the run) and the auto-recovery configuration."""
     wall_start = time.perf_counter()
     bookie_overrides: dict[str, Any] = {
         **overrides,
@@ -279,6 +295,7 @@ async def run_experiment_run(
     features = frozenset({FEATURE_WRITE_CLOSE}) if run.sends_write_close else frozenset()
     store = MemoryStore() if virtual_time else None
     payload = os.urandom(spec.entry_size[1])
+    quorums = (shape.ensemble, shape.write_quorum, shape.ack_quorum)
     try:
         async with running_cluster(
             root, shape.bookies, features=features, overrides=bookie_overrides, store=store
@@ -287,19 +304,40 @@ async def run_experiment_run(
             recorder.attach_gc()
             samples: list[Sample] = []
 
+            async def add(bk: BookKeeper, lh: LedgerHandle, plan: LedgerPlan, size: int) -> bool:
+                """One entry; False when auto-recovery fenced the ledger (loss runs)."""
+                try:
+                    await lh.add_entry(payload[:size])
+                except BKError:
+                    if not run.bookie_loss:
+                        raise
+                    recorder.writes_fenced += 1
+                    return False
+                recorder.added(lh.ledger_id, size)
+                if plan.kind is LedgerKind.SLOW:
+                    recorder.slow_ledgers.add(lh.ledger_id)
+                return True
+
             async def ledger_task(bk: BookKeeper, plan: LedgerPlan) -> None:
                 t0 = recorder.t0
                 await trio.sleep_until(t0 + plan.start)
-                lh = await bk.create_ledger(shape.ensemble, shape.write_quorum, shape.ack_quorum)
+                lh = await bk.create_ledger(*quorums)
                 for at, size in zip(plan.entry_times, plan.entry_sizes, strict=True):
                     await trio.sleep_until(t0 + at)
-                    await lh.add_entry(payload[:size])
-                    recorder.added(lh.ledger_id, size)
-                    if plan.kind is LedgerKind.SLOW:
-                        recorder.slow_ledgers.add(lh.ledger_id)
+                    if not await add(bk, lh, plan, size):
+                        if plan.kind is not LedgerKind.SLOW:
+                            return
+                        lh = await bk.create_ledger(*quorums)  # rolls over, as Pulsar does
+                        await add(bk, lh, plan, size)
                 if plan.close_at is None:
                     return
-                await lh.close()
+                try:
+                    await lh.close()
+                except BKError:
+                    if not run.bookie_loss:
+                        raise
+                    recorder.writes_fenced += 1
+                    return
                 if plan.delete_at is None:
                     return
                 await trio.sleep_until(t0 + plan.delete_at)
@@ -314,9 +352,29 @@ async def run_experiment_run(
                     progress(recorder.now())
                     await trio.sleep(spec.sample_interval)
 
+            async def lose(bk: BookKeeper, at: float) -> None:
+                await trio.sleep_until(recorder.t0 + at)
+                metadata = await ledger_metadata(bk)
+                victim = choose_victim(metadata, cluster.running_ids())
+                await cluster.stop_bookie(victim)
+                recorder.tracker.bookie_gone(victim, recorder.now())
+                recorder.loss = LossTracker(cluster, victim, metadata, recorder.now())
+                await recorder.loss.follow(bk, recorder.now, spec.sample_interval / 30)
+
             client_config = ClientConfig(seed=seed)
             async with BookKeeper(cluster.store, config=client_config) as bk:
                 async with trio.open_nursery() as nursery:
+                    if run.bookie_loss:
+                        if loss_at is None or autorecovery is None:
+                            raise ValueError("a bookie-loss run needs loss_at and autorecovery")
+                        config = autorecovery.replace(
+                            write_close_after_replication=run.replication_write_close
+                        )
+                        service = AutoRecoveryService(
+                            cluster.store, config, bookie_id=AUTORECOVERY_ID
+                        )
+                        await nursery.start(service.run)
+                        nursery.start_soon(lose, bk, loss_at)
                     nursery.start_soon(sampler)
                     for plan in plans:
                         nursery.start_soon(ledger_task, bk, plan)
@@ -327,6 +385,9 @@ async def run_experiment_run(
                 sent = bk.stats.write_close_sent
             result = recorder.result(run, samples, time.perf_counter() - wall_start)
             result.write_closes_sent = sent
+            result.writes_fenced = recorder.writes_fenced
+            if recorder.loss is not None:
+                result.loss = recorder.loss.summary(result.reclaims)
             return result
     finally:
         if store is not None:
