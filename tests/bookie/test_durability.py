@@ -94,26 +94,40 @@ async def check_all_readable(port: int, acked: dict[int, int]) -> None:
                 assert got.payload == payload(ledger_id, entry_id)
 
 
-def kill_restart_cycles(root: Path, seed: int, cycles: int) -> None:
+STORAGE_SETTINGS = {
+    "InterleavedLedgerStorage": ("ledgerStorageClass=InterleavedLedgerStorage",),
+    # A small table and frequent checkpoints, so that kills land in size-limit flushes and
+    # in checkpoints that flush the table, not only between them.
+    "SortedLedgerStorage": (
+        "ledgerStorageClass=SortedLedgerStorage",
+        "skipListSizeLimit=20000",
+        "flushInterval=100",
+    ),
+}
+
+
+def kill_restart_cycles(root: Path, seed: int, cycles: int, settings: tuple[str, ...]) -> None:
     rng = random.Random(seed)
     acked: dict[int, int] = {}
     for _ in range(cycles):
-        with bookie_process(root) as bookie:
+        with bookie_process(root, *settings) as bookie:
             trio.run(write_until_killed, bookie.bookie_port, bookie.proc, rng, acked)
     assert acked, "nothing was acknowledged: the test would prove nothing"
-    with bookie_process(root) as bookie:
+    with bookie_process(root, *settings) as bookie:
         trio.run(check_all_readable, bookie.bookie_port, acked)
         assert bookie.stop() == 0, "a clean stop must exit 0"
 
 
-def test_kill_9_during_writes_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    kill_restart_cycles(tmp_path, seed=1, cycles=2)
+@pytest.mark.parametrize("storage", sorted(STORAGE_SETTINGS))
+def test_kill_9_during_writes_loses_nothing_acknowledged(tmp_path: Path, storage: str) -> None:
+    kill_restart_cycles(tmp_path, seed=1, cycles=2, settings=STORAGE_SETTINGS[storage])
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("storage", sorted(STORAGE_SETTINGS))
 @pytest.mark.parametrize("seed", range(5))
-def test_kill_9_loop(tmp_path: Path, seed: int) -> None:
-    kill_restart_cycles(tmp_path, seed=seed, cycles=6)
+def test_kill_9_loop(tmp_path: Path, seed: int, storage: str) -> None:
+    kill_restart_cycles(tmp_path, seed=seed, cycles=6, settings=STORAGE_SETTINGS[storage])
 
 
 async def test_a_failed_fsync_turns_the_bookie_read_only_and_a_power_loss_loses_nothing(

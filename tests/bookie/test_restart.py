@@ -62,7 +62,10 @@ async def test_checkpointed_entries_survive_losing_the_journal(tmp_path: Path) -
                 )
 
 
-def test_replay_after_kill_9_restores_keys_fences_and_explicit_lac(tmp_path: Path) -> None:
+@pytest.mark.parametrize("storage", ["InterleavedLedgerStorage", "SortedLedgerStorage"])
+def test_replay_after_kill_9_restores_keys_fences_and_explicit_lac(
+    tmp_path: Path, storage: str
+) -> None:
     # A long flushInterval: nothing reaches the index files before the kill, so everything
     # read back after the restart came from the journal.
     lac_blob = DigestManager(2, b"").package_lac(0)
@@ -87,9 +90,10 @@ def test_replay_after_kill_9_restores_keys_fences_and_explicit_lac(tmp_path: Pat
             assert r.readLacResponse.lacBody == lac_blob
             assert (await c.add(2, 1, b"y", lac=0)).status == pb.EOK
 
-    with bookie_process(tmp_path, "flushInterval=3600000") as bookie:
+    settings = ("flushInterval=3600000", f"ledgerStorageClass={storage}")
+    with bookie_process(tmp_path, *settings) as bookie:
         trio.run(before, bookie.bookie_port)
         bookie.kill9()
-    with bookie_process(tmp_path, "flushInterval=3600000") as bookie:
+    with bookie_process(tmp_path, *settings) as bookie:
         trio.run(after, bookie.bookie_port)
         assert bookie.stop() == 0
