@@ -1,12 +1,14 @@
 """Run upstream Apache BookKeeper beside bookiesim, for the live conformance checks.
 
 An installation is whatever ``BOOKKEEPER_HOME`` names: a directory with ``lib/*.jar`` (the
-binary distribution, or a build's ``lib``), run with the ``java`` on ``PATH`` (17 or later).
-Nothing of upstream's is kept in this repository: its bookie runs as ``server.Main``, its
-auto-recovery (auditor and replication worker) as ``replication.AutoRecoveryMain --conf``, its
-client as ``BookieShell`` commands (``simpletest`` writes, reads back and closes a ledger;
-``readledger`` reads, ``-r`` first recovers, ``-b`` asks one bookie only; ``initnewcluster``
-formats the root; ``listunderreplicated`` and ``whoisauditor`` read auto-recovery's records).
+binary distribution, or a build's ``lib``), run with the ``java`` on ``PATH`` (17 or later);
+finding it and the ``java`` command line are :mod:`bookiesim.bench.upstream`'s, shared with
+``bookiesim bench compare``. Nothing of upstream's is kept in this repository: its bookie runs
+as ``server.Main``, its auto-recovery (auditor and replication worker) as
+``replication.AutoRecoveryMain --conf``, its client as ``BookieShell`` commands
+(``simpletest`` writes, reads back and closes a ledger; ``readledger`` reads, ``-r`` first
+recovers, ``-b`` asks one bookie only; ``initnewcluster`` formats the root;
+``listunderreplicated`` and ``whoisauditor`` read auto-recovery's records).
 
 bookiesim runs as its own processes: ``bookiesim bookie``, ``bookiesim autorecovery`` and
 ``bookiesim ledger``. The root is read directly (kazoo, decoded with bookiesim's codecs) to
@@ -15,9 +17,7 @@ watch auto-recovery: who votes, which ledgers are marked, which bookies each led
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,18 +25,19 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from bookiesim.bench import upstream
 from bookiesim.metadata.ledger_paths import ledger_path
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.metadata.underreplication_format import decode_mark, decode_vote, ledger_id_of_mark
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
+    from pathlib import Path
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
@@ -53,33 +54,10 @@ AUTORECOVERY = {
 at once, no periodic checks, and retry a ledger that could not be replicated after a second
 (upstream's default holds its lock for five minutes)."""
 
-_LOG_CONFIG = """\
-status = error
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = %p %c{1} - %m%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = OUT
-"""
-"""Our own log4j2 settings: upstream's shell reports entries and ledger ids at INFO, which the
-library default (ERROR) would hide."""
-
 
 def installation() -> Path | str:
     """``BOOKKEEPER_HOME`` as a usable installation, or why not (the skip reason)."""
-    home = os.environ.get("BOOKKEEPER_HOME")
-    if not home:
-        return (
-            "BOOKKEEPER_HOME is not set: the live checks need an upstream BookKeeper "
-            "installation (its lib/*.jar) and Java 17"
-        )
-    lib = Path(home) / "lib"
-    if not any(lib.glob("*.jar")):
-        return f"BOOKKEEPER_HOME={home} has no lib/*.jar"
-    if shutil.which("java") is None:
-        return "no java on PATH (Java 17 runs upstream's jars)"
-    return Path(home)
+    return upstream.installation()
 
 
 def free_port() -> int:
@@ -325,18 +303,7 @@ class Upstream:
     java_opts: Sequence[str] = field(default_factory=lambda: ("-Xmx512m",))
 
     def _java(self, main: str, *args: str) -> list[str]:
-        log_config = self.work / "log4j2.properties"
-        if not log_config.exists():
-            log_config.write_text(_LOG_CONFIG)
-        return [
-            "java",
-            *self.java_opts,
-            f"-Dlog4j.configurationFile={log_config}",
-            "-cp",
-            str(self.home / "lib" / "*"),
-            main,
-            *args,
-        ]
+        return upstream.java_command(self.home, self.work, self.java_opts, main, *args)
 
     def conf(self, name: str, port: int, dirs: Path, **extra: object) -> Path:
         """A bk_server.conf as the vectors' bookies ran, pointed at this root."""
