@@ -10,17 +10,20 @@ with real digests, as a BookKeeper client does) runs against one bookie at a tim
 
 Runs alternate, bookiesim then upstream, workload by workload; a *pair* is one run of each.
 The workloads: the peak (the client saturating, up to 2,000 adds in flight) at 10, 1,000 and
-10,000 ledgers round robin, ``--adds`` adds each (3M by default: long enough
-for a dozen checkpoints), then 10 ledgers paced at half the lower of the pair's two 10-ledger
-peaks for at least ``--latency-seconds`` (p50/p99/p99.9 at a load both can carry).
+10,000 ledgers round robin, ``--adds`` adds each (3M by default: long enough for a dozen
+checkpoints; the client builds every frame before it starts, about 3.5 GB for 3M adds of
+1 KiB, so the build is not timed), then 10 ledgers paced at half the lower of the pair's two
+10-ledger peaks for at least ``--latency-seconds`` (p50/p99/p99.9 at a load both carry).
 
 Of each run, from ``/proc`` of the bookie's process and its descendants: CPU per add (all
-threads), the share of one core, the resident set (peak: the larger of the sampled sum and
-the main process's ``VmHWM``), open descriptors (peak of ``/proc/PID/fd`` counts, sampled
-every 0.2 s), and the files the run left in the ledger dirs (all created by it: the dirs
-start empty). Each figure is then a ratio bookiesim ÷ upstream per pair, and the median of
-the pairs is what counts (min and max beside it): absolute figures on a shared machine move
-from one minute to the next, a pair's two runs share the minute.
+threads, the clean stop's last checkpoint included: in a run shorter than ``flushInterval``
+that is where the sorted table is written), the share of one core while the load ran, the
+resident set (peak: of samples every 0.2 s through the stop, and the main process's
+``VmHWM``), open descriptors (peak of the ``/proc/PID/fd`` counts sampled with it), and the
+files the run left in the ledger dirs (all created by it: the dirs start empty). Each figure
+is then a ratio bookiesim ÷ upstream per pair, and the median of the pairs is what counts
+(min and max beside it): absolute figures on a shared machine move from one minute to the
+next, a pair's two runs share the minute.
 
 Without an installation (no ``--bookkeeper-home``, no ``BOOKKEEPER_HOME``) it runs bookiesim
 alone, prints its figures, and refuses the ratios in one line saying why. Either way it
@@ -35,6 +38,7 @@ import dataclasses
 import datetime
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -49,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from bookiesim.bench.bookie import run_client
+from bookiesim.bench.bookie import process_cpu_seconds, run_client
 from bookiesim.bench.report import machine_info, positive_int, step_progress
 from bookiesim.bench.upstream import installation, upstream_bookie
 from bookiesim.cluster.processes import bookie_process
@@ -141,11 +145,9 @@ def process_tree(pid: int) -> list[int]:
 
 def _cpu_seconds(pid: int) -> float:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return process_cpu_seconds(pid)
+    except OSError:  # gone between listing and reading
         return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pids: list[int]) -> dict[int, float]:
@@ -181,14 +183,19 @@ class Sampler:
         self._cpu_start = tree_cpu_seconds(process_tree(pid))
         self._cpu_last = dict(self._cpu_start)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="compare-sampler", daemon=True)
 
     def _sample(self) -> None:
         pids = process_tree(self.pid)
-        self.rss_kib = max(self.rss_kib, sum(_status_kib(p, "VmRSS") for p in pids))
-        self.fds = max(self.fds, sum(_fd_count(p) for p in pids))
-        for pid, seconds in tree_cpu_seconds(pids).items():
-            self._cpu_last[pid] = max(seconds, self._cpu_last.get(pid, 0.0))
+        rss = sum(_status_kib(p, "VmRSS") for p in pids)
+        fds = sum(_fd_count(p) for p in pids)
+        cpu = tree_cpu_seconds(pids)
+        with self._lock:  # the sampling thread and cpu_so_far both fold samples in
+            self.rss_kib = max(self.rss_kib, rss)
+            self.fds = max(self.fds, fds)
+            for pid, seconds in cpu.items():
+                self._cpu_last[pid] = max(seconds, self._cpu_last.get(pid, 0.0))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -202,10 +209,13 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self._sample()
-        self.rss_kib = max(self.rss_kib, _status_kib(self.pid, "VmHWM"))
 
-    @property
-    def cpu_seconds(self) -> float:
+    def cpu_so_far(self) -> float:
+        """CPU the tree used since the sampler started, sampled now; the main process's own
+        peak resident set (``VmHWM``) is taken in too, while it still runs."""
+        self._sample()
+        with self._lock:
+            self.rss_kib = max(self.rss_kib, _status_kib(self.pid, "VmHWM"))
         return sum(t - self._cpu_start.get(pid, 0.0) for pid, t in self._cpu_last.items())
 
 
@@ -219,27 +229,39 @@ def count_files(directory: Path) -> int:
 def _load(
     port: int, pid: int, *, ledgers: int, adds: int, size: int, rate: float | None
 ) -> dict[str, Any]:
-    """The load client against one bookie, with /proc figures of its process tree; a run the
-    bookie failed (errors, a dropped connection) is kept with ``failed`` saying how."""
-    with Sampler(pid) as sampler:
-        try:
-            result = run_client(port, pid, ledgers=ledgers, adds=adds, size=size, rate=rate)
-        except subprocess.CalledProcessError as exc:
-            result = json.loads(exc.stdout) if exc.stdout.strip().startswith("{") else {}
-            lines = (exc.stderr or "").strip().splitlines()
-            result["failed"] = (
-                f"{result['errors']} adds failed"
-                if result.get("errors")
-                else (lines[-1] if lines else f"load client exited with {exc.returncode}")
-            )
-    done = max(1, int(result.get("adds", 0)))
-    if "seconds" in result:
-        result["bookie_cpu_share"] = round(sampler.cpu_seconds / result["seconds"], 3)
-    result["bookie_cpu_us_per_add"] = round(sampler.cpu_seconds / done * 1e6, 1)
-    result["rss_peak_mib"] = round(sampler.rss_kib / 1024, 1)
-    result["fds_peak"] = sampler.fds
-    result.pop("client_cpu_us_per_add", None)
+    """The load client's summary; a run the bookie failed (errors, a dropped connection) is
+    kept with ``failed`` saying how."""
+    try:
+        result: dict[str, Any] = run_client(
+            port, pid, ledgers=ledgers, adds=adds, size=size, rate=rate
+        )
+    except subprocess.CalledProcessError as exc:
+        result = json.loads(exc.stdout) if exc.stdout.strip().startswith("{") else {}
+        lines = (exc.stderr or "").strip().splitlines()
+        result["failed"] = (
+            f"{result['errors']} adds failed"
+            if result.get("errors")
+            else (lines[-1] if lines else f"load client exited with {exc.returncode}")
+        )
+    # run_client's CPU figures see the main process only; the tree's replace them below.
+    for key in ("bookie_cpu_us_per_add", "bookie_cpu_share", "client_cpu_us_per_add"):
+        result.pop(key, None)
     return result
+
+
+def _lifetime_cpu_seconds(pid: int) -> float:
+    """CPU of a process since it started, with the children it has reaped (``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _reaped_children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @contextmanager
@@ -267,13 +289,28 @@ def run_one(
     """One bookie, one load, in a fresh ``root`` removed afterwards."""
     try:
         with _bookie(kind, root, home) as (port, pid, ledgers_dir, stop):
-            result = _load(port, pid, ledgers=ledgers, adds=adds, size=size, rate=rate)
-            stopping = time.perf_counter()
-            stop(timeout=STOP_TIMEOUT)
-            result["stop_seconds"] = round(time.perf_counter() - stopping, 2)
+            # Sampled through the stop: its last checkpoint writes what the adds left in
+            # memory (all of it, in a run shorter than flushInterval), and holds descriptors.
+            with Sampler(pid) as sampler:
+                result = _load(port, pid, ledgers=ledgers, adds=adds, size=size, rate=rate)
+                load_cpu = sampler.cpu_so_far()
+                before_stop = _lifetime_cpu_seconds(pid)
+                reaped = _reaped_children_cpu()
+                stopping = time.perf_counter()
+                stop(timeout=STOP_TIMEOUT)
+                result["stop_seconds"] = round(time.perf_counter() - stopping, 2)
+                # Once reaped its /proc is gone; what it used stopping is in our rusage.
+                stop_cpu = max(0.0, _reaped_children_cpu() - reaped - before_stop)
             result["files"] = count_files(ledgers_dir)
     finally:
         shutil.rmtree(root, ignore_errors=True)  # millions of adds: gigabytes per run
+    done = max(1, int(result.get("adds", 0)))
+    if "seconds" in result:
+        result["bookie_cpu_share"] = round(load_cpu / result["seconds"], 3)
+    result["stop_cpu_seconds"] = round(stop_cpu, 3)
+    result["bookie_cpu_us_per_add"] = round((load_cpu + stop_cpu) / done * 1e6, 1)
+    result["rss_peak_mib"] = round(sampler.rss_kib / 1024, 1)
+    result["fds_peak"] = sampler.fds
     result["ledgers"] = ledgers
     if rate is not None:
         result["target_rate"] = round(rate, 1)
