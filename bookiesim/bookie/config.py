@@ -83,6 +83,10 @@ _LEDGER_STORAGE_CLASSES: Final = frozenset(
 _SERVER: Final = "Server"
 _DIRS: Final = "Directories"
 _STORAGE: Final = "Ledger storage"
+_FITTED: Final = (
+    " A bookie process lowers it at start to fit the open-file limit (docs/bookie.md, File"
+    " descriptors)."
+)
 _ENTRYLOG: Final = "Entry logs"
 _CHECKPOINT: Final = "Checkpoint"
 _GC: Final = "Garbage collection and compaction"
@@ -325,7 +329,7 @@ class BookieConfig:
         500,
         minimum=1,
         meaning="Most per-ledger logs open for writing; the least recently written is rotated "
-        "to make room.",
+        "to make room." + _FITTED,
     )
     entry_log_per_ledger_counter_limits_mult_factor: int = _key(
         _ENTRYLOG,
@@ -404,7 +408,7 @@ class BookieConfig:
         minimum=1,
         bookiesim_only=True,
         meaning="Most entry log read handles kept open; the least recently used is closed "
-        "first (upstream keeps one per log ever read).",
+        "first (upstream keeps one per log ever read)." + _FITTED,
     )
 
     # --- Checkpoint ----------------------------------------------------------------------
@@ -651,7 +655,8 @@ class BookieConfig:
         20000,
         unit="files",
         minimum=1,
-        meaning="Most ledger index files kept open; the least recently used is closed first.",
+        meaning="Most ledger index files kept open; the least recently used is closed first."
+        + _FITTED,
     )
 
     # --- Disks ---------------------------------------------------------------------------
