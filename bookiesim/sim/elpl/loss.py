@@ -170,6 +170,7 @@ class LossTracker:
             "lossAt": self.lost_at,
             "affectedLedgers": len(self.affected),
             "healedLedgers": len(self.healed),
+            "deletedBeforeHealed": len(self.deleted),
             "lastHealSeconds": max(heal, default=None),
             "copies": len(self.copies),
             "copiesSealed": len(seals),
