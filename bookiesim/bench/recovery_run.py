@@ -114,11 +114,18 @@ def lost_share(metadata: dict[int, LedgerMetadata], bookie: str) -> list[tuple[i
 
 @dataclass
 class Healing:
-    """Seconds from the kill to each milestone."""
+    """Seconds from the kill to each milestone, as often as the store is looked at
+    (:data:`POLL`)."""
 
     first_mark: float
     all_marked: float
     healed: float
+
+    @property
+    def replication(self) -> float:
+        """First mark to healed; at least one poll: a small copy can be marked and healed
+        between two looks, and is then not known to have taken less."""
+        return max(self.healed - self.first_mark, POLL)
 
 
 async def watch_healing(
