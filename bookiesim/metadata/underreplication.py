@@ -73,6 +73,7 @@ from bookiesim.metadata.underreplication_format import (
     ledger_id_of_mark,
     lock_name,
     lock_path,
+    mark_dirs,
     mark_path,
 )
 
@@ -241,11 +242,8 @@ class UnderReplicationManager(UnderReplicationControl):
                     below.extend(join_path(path, name) for name in names)
                     continue
                 ids = [ledger_id_of_mark(name) for name in names]
-                held = [
-                    i
-                    for i in ids
-                    if i is not None and mark_path(self._root, i).startswith(path + "/")
-                ]
+                # A mark counts only in its own directory (the walk's hot spot: no full path).
+                held = [i for i in ids if i is not None and path.endswith(mark_dirs(i))]
                 marks.extend(held)
                 if not held:
                     dirs.append(path)

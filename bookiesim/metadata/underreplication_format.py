@@ -85,6 +85,7 @@ __all__ = [
     "ledger_id_of_mark",
     "lock_name",
     "lock_path",
+    "mark_dirs",
     "mark_path",
     "underreplication_path",
     "vote_sequence",
@@ -141,10 +142,14 @@ def _check_ledger_id(ledger_id: int) -> int:
 def mark_path(root: str, ledger_id: int) -> str:
     """Where ``ledger_id``'s under-replication mark lives:
     ``<root>/underreplication/ledgers/XXXX/XXXX/XXXX/XXXX/urL%010d``."""
-    hex_id = f"{_check_ledger_id(ledger_id):016x}"
-    dirs = "/".join(hex_id[i : i + 4] for i in range(0, 16, 4))
     base = join_path(underreplication_path(root), LEDGERS)
-    return f"{base}/{dirs}/{lock_name(ledger_id)}"
+    return f"{base}/{mark_dirs(ledger_id)}/{lock_name(ledger_id)}"
+
+
+def mark_dirs(ledger_id: int) -> str:
+    """The four directory levels of a mark below ``ledgers/``: ``XXXX/XXXX/XXXX/XXXX``."""
+    h = f"{_check_ledger_id(ledger_id):016x}"
+    return f"{h[0:4]}/{h[4:8]}/{h[8:12]}/{h[12:16]}"
 
 
 def lock_name(ledger_id: int) -> str:
