@@ -52,24 +52,15 @@ from bookiesim.metadata.errors import (
 )
 from bookiesim.metadata.store import MetadataStore, Versioned, join_path, parent_path
 from bookiesim.metadata.underreplication_control import (
-    IncompatibleLayoutError,
     UnderReplicationControl,
 )
 from bookiesim.metadata.underreplication_format import (
     MARK_DEPTH,
     UnderReplicationFormatError,
-    decode_check_all_ledgers_ctime,
-    decode_layout,
     decode_lock,
     decode_mark,
-    decode_recovery_delay,
-    decode_vote,
-    encode_check_all_ledgers_ctime,
-    encode_layout,
     encode_lock,
     encode_mark,
-    encode_recovery_delay,
-    encode_vote,
     ledger_id_of_mark,
     lock_name,
     lock_path,
@@ -80,28 +71,7 @@ from bookiesim.metadata.underreplication_format import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable
 
-__all__ = [
-    "IncompatibleLayoutError",
-    "LedgerLock",
-    "UnderReplicatedLedger",
-    "UnderReplicationControl",
-    "UnderReplicationFormatError",
-    "UnderReplicationManager",
-    "decode_check_all_ledgers_ctime",
-    "decode_layout",
-    "decode_lock",
-    "decode_mark",
-    "decode_recovery_delay",
-    "decode_vote",
-    "encode_check_all_ledgers_ctime",
-    "encode_layout",
-    "encode_lock",
-    "encode_mark",
-    "encode_recovery_delay",
-    "encode_vote",
-    "lock_path",
-    "mark_path",
-]
+__all__ = ["LedgerLock", "UnderReplicatedLedger", "UnderReplicationManager"]
 
 
 @dataclass(frozen=True)

@@ -37,18 +37,18 @@ from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.sqlite_store import SqliteStore
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.underreplication import (
-    IncompatibleLayoutError,
     LedgerLock,
     UnderReplicatedLedger,
-    UnderReplicationFormatError,
     UnderReplicationManager,
-    lock_path,
-    mark_path,
 )
+from bookiesim.metadata.underreplication_control import IncompatibleLayoutError
 from bookiesim.metadata.underreplication_format import (
     LOCKS,
+    UnderReplicationFormatError,
     decode_mark,
     ledger_id_of_mark,
+    lock_path,
+    mark_path,
 )
 from bookiesim.metadata.zk_store import ZkStore
 from tests.metadata.helpers import Backend
