@@ -15,14 +15,11 @@ one re-replicated, then all healed. Three claims are checked:
 from __future__ import annotations
 
 import json
-import uuid
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 
-from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.store import join_path
 from bookiesim.metadata.underreplication import LedgerLock, UnderReplicationManager
 from bookiesim.metadata.underreplication_format import (
@@ -40,14 +37,12 @@ from bookiesim.metadata.underreplication_format import (
     mark_path,
 )
 from tests.interop.vectors import upstream_dir
-from tests.metadata.helpers import Backend
+from tests.metadata.helpers import Backend, backend_for, opened
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from bookiesim.metadata import MetadataStore
-    from bookiesim.metadata.testing import ZooKeeperServer
 
 BASE = "/ledgers/underreplication"
 LOST = "127.0.0.1:34183"
@@ -167,27 +162,7 @@ def test_every_recorded_node_decodes_and_encodes_back() -> None:
 
 @pytest.fixture(params=["zk", "sqlite", "memory"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend | None:
-    if request.param == "memory":
-        return None
-    if request.param == "sqlite":
-        return Backend("sqlite", f"sqlite://{tmp_path / 'meta.db'}", session_timeout=5.0)
-    server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
-    return Backend(
-        "zk", server.uri("/ledgers"), session_timeout=5.0, chroot=f"/ur-{uuid.uuid4().hex[:12]}"
-    )
-
-
-@asynccontextmanager
-async def opened(backend: Backend | None) -> AsyncIterator[MetadataStore]:
-    if backend is None:
-        memory = MemoryStore()
-        try:
-            yield memory
-        finally:
-            await memory.close()
-    else:
-        async with backend.open() as store:
-            yield store
+    return backend_for(request.param, request, tmp_path, session_timeout=5.0)
 
 
 async def our_tree(store: MetadataStore) -> Tree:

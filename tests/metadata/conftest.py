@@ -15,33 +15,24 @@ relies on it.
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.metadata.helpers import Backend
+from tests.metadata.helpers import Backend, backend_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
     from bookiesim.metadata import MetadataStore
-    from bookiesim.metadata.testing import ZooKeeperServer
 
 
 @pytest.fixture(params=["sqlite", "zk"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    if request.param == "sqlite":
-        return Backend("sqlite", f"sqlite://{tmp_path / 'meta.db'}", session_timeout=2.0)
-    server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
-    # The server allows 0.5 s to 5 s sessions (2 to 20 ticks of 250 ms).
-    return Backend(
-        "zk",
-        server.uri("/ledgers"),
-        session_timeout=2.0,
-        chroot=f"/test-{uuid.uuid4().hex[:12]}",
-    )
+    found = backend_for(request.param, request, tmp_path)
+    assert found is not None
+    return found
 
 
 @pytest.fixture

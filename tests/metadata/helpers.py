@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import uuid
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,9 +12,15 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.metadata import MetadataStore, open_store
+from bookiesim.metadata.memory_store import MemoryStore
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
+
+    import pytest
+
+    from bookiesim.metadata.testing import ZooKeeperServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """Working directory of worker processes, so that ``python -m tests.metadata.worker`` works."""
@@ -60,3 +68,33 @@ class Backend:
         out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
         assert proc.returncode == 0, f"worker {args} exited {proc.returncode}:\n{out}\n{err}"
         return out
+
+
+def backend_for(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, *, session_timeout: float = 2.0
+) -> Backend | None:
+    """The backend ``kind`` names: ``sqlite`` (a file under ``tmp_path``), ``zk`` (the shared
+    server, a chroot of the test's own) or ``memory`` (None: one in-process store, opened by
+    :func:`opened`)."""
+    if kind == "memory":
+        return None
+    if kind == "sqlite":
+        return Backend("sqlite", f"sqlite://{tmp_path / 'meta.db'}", session_timeout)
+    server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
+    # The server allows 0.5 s to 5 s sessions (2 to 20 ticks of 250 ms).
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    return Backend("zk", server.uri("/ledgers"), session_timeout, chroot=chroot)
+
+
+@asynccontextmanager
+async def opened(backend: Backend | None) -> AsyncIterator[MetadataStore]:
+    """A client on ``backend``; for None, a fresh memory store, closed at the end."""
+    if backend is None:
+        memory = MemoryStore()
+        try:
+            yield memory
+        finally:
+            await memory.close()
+    else:
+        async with backend.open() as store:
+            yield store

@@ -19,8 +19,6 @@ import random
 import re
 import shutil
 import tempfile
-import uuid
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,13 +49,13 @@ from bookiesim.metadata.underreplication_format import (
     mark_path,
 )
 from bookiesim.metadata.zk_store import ZkStore
-from tests.metadata.helpers import Backend
+from tests.metadata.helpers import Backend, backend_for, opened
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
 
     from bookiesim.metadata import MetadataStore
-    from bookiesim.metadata.testing import ZooKeeperServer
 
 ROOT = "/ledgers"
 BASE = "/ledgers/underreplication"
@@ -76,27 +74,7 @@ class Clock:
 @pytest.fixture(params=["memory", "sqlite", "zk"])
 def anywhere(request: pytest.FixtureRequest, tmp_path: Path) -> Backend | None:
     """A backend to open clients on (None: the memory store, one client only)."""
-    if request.param == "memory":
-        return None
-    if request.param == "sqlite":
-        return Backend("sqlite", f"sqlite://{tmp_path / 'meta.db'}", session_timeout=2.0)
-    server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
-    return Backend(
-        "zk", server.uri("/ledgers"), session_timeout=2.0, chroot=f"/test-{uuid.uuid4().hex[:12]}"
-    )
-
-
-@asynccontextmanager
-async def opened(backend: Backend | None) -> AsyncIterator[MetadataStore]:
-    if backend is None:
-        memory = MemoryStore()
-        try:
-            yield memory
-        finally:
-            await memory.close()
-    else:
-        async with backend.open() as store:
-            yield store
+    return backend_for(request.param, request, tmp_path)
 
 
 @pytest.fixture
