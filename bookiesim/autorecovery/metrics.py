@@ -23,7 +23,6 @@ are not the auditor report 0, so ``max()`` across a cluster is the cluster's cou
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import TYPE_CHECKING, Final
 
@@ -33,6 +32,7 @@ from bookiesim.bookie.metrics import (
     Kind,
     MetricFamilies,
     MetricSpec,
+    markdown_main,
     markdown_rows,
     render_registry,
 )
@@ -378,13 +378,9 @@ def render_markdown() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bookiesim.autorecovery.metrics --markdown``: print the docs page."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bookiesim.autorecovery.metrics", description="Auto-recovery's metrics."
+    return markdown_main(
+        argv, "bookiesim.autorecovery.metrics", "Auto-recovery's metrics.", render_markdown
     )
-    parser.add_argument("--markdown", action="store_true", required=True)
-    parser.parse_args(argv)
-    sys.stdout.write(render_markdown())
-    return 0
 
 
 if __name__ == "__main__":

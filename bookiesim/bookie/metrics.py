@@ -73,6 +73,7 @@ __all__ = [
     "MetricFamilies",
     "MetricSpec",
     "main",
+    "markdown_main",
     "markdown_rows",
     "render_markdown",
     "render_registry",
@@ -1063,15 +1064,20 @@ def render_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bookiesim.bookie.metrics --markdown``: print ``docs/metrics.md``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bookiesim.bookie.metrics", description="The bookie's metrics."
-    )
+def markdown_main(
+    argv: Sequence[str] | None, module: str, description: str, render: Callable[[], str]
+) -> int:
+    """``python -m MODULE --markdown``: print the docs page ``render`` makes."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     parser.add_argument("--markdown", action="store_true", required=True)
     parser.parse_args(argv)
-    sys.stdout.write(render_markdown())
+    sys.stdout.write(render())
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bookiesim.bookie.metrics --markdown``: print ``docs/metrics.md``."""
+    return markdown_main(argv, "bookiesim.bookie.metrics", "The bookie's metrics.", render_markdown)
 
 
 if __name__ == "__main__":
