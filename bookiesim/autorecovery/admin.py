@@ -38,7 +38,7 @@ from bookiesim.autorecovery.fragments import distribution, fragments_on, stored_
 from bookiesim.metadata.cookies import cookie_node
 from bookiesim.metadata.errors import NoNodeError, NoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerManager
-from bookiesim.metadata.registration import live_bookies, read_only_bookies
+from bookiesim.metadata.registration import registered_bookies
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -57,7 +57,6 @@ __all__ = [
     "decommission_bookie",
     "ledgers_storing",
     "list_under_replicated",
-    "registered_bookies",
     "replica_filter",
     "set_lost_bookie_recovery_delay",
     "stores_entries_on",
@@ -128,11 +127,6 @@ async def set_lost_bookie_recovery_delay(urm: UnderReplicationManager, seconds: 
     if seconds < 0:
         raise AdminError(f"lostBookieRecoveryDelay must be 0 or more seconds, got {seconds}")
     await urm.set_lost_bookie_recovery_delay(seconds)
-
-
-async def registered_bookies(store: MetadataStore) -> set[str]:
-    """Ids registered writable or read-only (upstream's available and read-only bookies)."""
-    return set(await live_bookies(store)) | set(await read_only_bookies(store))
 
 
 def stores_entries_on(metadata: LedgerMetadata, bookie_id: str) -> bool:

@@ -52,9 +52,8 @@ from bookiesim.client.errors import BKError
 from bookiesim.metadata.errors import MetadataError, NoSuchLedgerError
 from bookiesim.metadata.registration import (
     available_path,
-    live_bookies,
-    read_only_bookies,
     readonly_path,
+    registered_bookies,
 )
 
 if TYPE_CHECKING:
@@ -189,8 +188,7 @@ class Auditor:
 
     async def _present(self) -> set[str]:
         """Registered bookies, writable or read-only."""
-        writable = await live_bookies(self._store, self._root)
-        return set(writable) | set(await read_only_bookies(self._store, self._root))
+        return await registered_bookies(self._store, self._root)
 
     async def _watch_bookies(self) -> None:
         changed = trio.Event()

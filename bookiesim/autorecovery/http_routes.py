@@ -58,7 +58,6 @@ from bookiesim.autorecovery.admin import (
     check_bookie_id,
     decommission_bookie,
     list_under_replicated,
-    registered_bookies,
     set_lost_bookie_recovery_delay,
     trigger_audit,
 )
@@ -70,6 +69,7 @@ from bookiesim.bookie.http_admin import (
     json_response,
     text_response,
 )
+from bookiesim.metadata.registration import registered_bookies
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:

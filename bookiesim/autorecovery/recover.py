@@ -32,13 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bookiesim.autorecovery.admin import AdminError, check_bookie_id, registered_bookies
+from bookiesim.autorecovery.admin import AdminError, check_bookie_id
 from bookiesim.autorecovery.config import AutoRecoveryConfig
 from bookiesim.autorecovery.fragments import fragments_on
 from bookiesim.autorecovery.replicator import FragmentReplicator
 from bookiesim.client.errors import BKError, NoSuchLedgerError, NotEnoughBookiesError
 from bookiesim.metadata.cookies import cookie_node
 from bookiesim.metadata.errors import NoNodeError
+from bookiesim.metadata.registration import registered_bookies
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

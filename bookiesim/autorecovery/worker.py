@@ -59,7 +59,7 @@ from bookiesim.autorecovery.fragments import ledger_fragments
 from bookiesim.autorecovery.replicator import FragmentReplicator
 from bookiesim.client.errors import BKError, NoSuchLedgerError
 from bookiesim.metadata.errors import MetadataError
-from bookiesim.metadata.registration import read_only_bookies
+from bookiesim.metadata.registration import registered_bookies
 
 if TYPE_CHECKING:
     from bookiesim.autorecovery.config import AutoRecoveryConfig
@@ -274,8 +274,7 @@ class ReplicationWorker:
 
     async def _unregistered(self, metadata: LedgerMetadata) -> set[str]:
         """The ledger's bookies that are registered neither writable nor read-only."""
-        registered = set(await self.client.live_bookies())
-        registered |= set(await read_only_bookies(self.client.store, self.client.ledgers_root))
+        registered = await registered_bookies(self.client.store, self.client.ledgers_root)
         return metadata.bookies() - registered
 
     async def _incomplete(

@@ -43,7 +43,7 @@ from bookiesim.cluster.control import add_bookie
 from bookiesim.cluster.processes import HOST, ClusterError
 from bookiesim.metadata import open_store
 from bookiesim.metadata.ledgers import LedgerManager
-from bookiesim.metadata.registration import live_bookies, read_only_bookies
+from bookiesim.metadata.registration import registered_bookies
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class _Timeline:
         self, store: Any, urm: UnderReplicationManager, ledgers: LedgerManager, t: float
     ) -> None:
         if self.registered:
-            present = set(await live_bookies(store)) | set(await read_only_bookies(store))
+            present = await registered_bookies(store)
             if self.victim not in present:
                 self.registered = False
                 self.say(t, f"{self.name(self.victim)}'s registration is gone (session expired)")

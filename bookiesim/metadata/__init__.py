@@ -53,6 +53,7 @@ from bookiesim.metadata.registration import (
     live_bookies,
     read_only_bookies,
     register_bookie,
+    registered_bookies,
     watch_live_bookies,
 )
 from bookiesim.metadata.store import ANY_VERSION, Change, MetadataStore, Versioned
@@ -95,6 +96,7 @@ __all__ = [
     "open_store",
     "read_only_bookies",
     "register_bookie",
+    "registered_bookies",
     "scheme_of",
     "watch_live_bookies",
 ]

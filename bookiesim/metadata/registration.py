@@ -74,6 +74,7 @@ __all__ = [
     "read_only_bookies",
     "readonly_path",
     "register_bookie",
+    "registered_bookies",
     "watch_live_bookies",
 ]
 
@@ -265,6 +266,12 @@ async def live_bookies(store: MetadataStore, root: str | None = None) -> dict[st
 async def read_only_bookies(store: MetadataStore, root: str | None = None) -> dict[str, BookieInfo]:
     """Every bookie registered read-only (under ``available/readonly``), by id."""
     return await _registered(store, readonly_path(_root(store, root)))
+
+
+async def registered_bookies(store: MetadataStore, root: str | None = None) -> set[str]:
+    """Ids registered writable or read-only: the bookies that are there (upstream's
+    auditor counts read-only ones as present too); the rest of a ledger's are lost."""
+    return set(await live_bookies(store, root)) | set(await read_only_bookies(store, root))
 
 
 def _root(store: MetadataStore, root: str | None) -> str:

@@ -25,6 +25,7 @@ from bookiesim.metadata import (
     live_bookies,
     read_only_bookies,
     register_bookie,
+    registered_bookies,
     watch_live_bookies,
 )
 from bookiesim.metadata.registration import BookieRegistration, available_path
@@ -270,8 +271,11 @@ async def test_a_read_only_bookie_moves_under_readonly(store: MetadataStore) -> 
         assert await read_only_bookies(store) == {"127.0.0.1:3181": BOOKIE}
         await registration.set_read_only()  # once is enough
         assert list(await read_only_bookies(store)) == ["127.0.0.1:3181"]
+        # Still there for auto-recovery: a read-only bookie is not lost.
+        assert await registered_bookies(store) == {"127.0.0.1:3181"}
     assert await read_only_bookies(store) == {}
     assert await live_bookies(store) == {}
+    assert await registered_bookies(store) == set()
 
 
 async def test_a_read_only_registration_comes_back_after_session_expiry(

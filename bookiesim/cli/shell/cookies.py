@@ -24,7 +24,7 @@ from bookiesim.cli.bookie_command import add_config_arguments, config_from_args
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.errors import MetadataError
-from bookiesim.metadata.registration import live_bookies, read_only_bookies
+from bookiesim.metadata.registration import registered_bookies
 
 if TYPE_CHECKING:
     import argparse
@@ -75,7 +75,7 @@ async def update_cookies(cfg: BookieConfig) -> list[str]:
         return [f"stamped {d / 'VERSION'}" for d in dirs]
     async with open_store(cfg.metadata_service_uri) as store:
         root = ledgers_root_of(store)
-        registered = {**await live_bookies(store, root), **await read_only_bookies(store, root)}
+        registered = await registered_bookies(store, root)
         if bookie_id in registered:
             raise UpdateRefusedError(
                 f"bookie {bookie_id} is registered in {cfg.metadata_service_uri} (it is "
