@@ -34,6 +34,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from bookiesim.metadata.store import join_path
+from bookiesim.metadata.text_format import print_text, quote
 from bookiesim.proto.DataFormats_pb2 import CookieFormat
 
 if TYPE_CHECKING:
@@ -64,25 +65,6 @@ def cookie_node(ledgers_root: str, bookie_id: str) -> str:
     return join_path(join_path(ledgers_root, "cookies"), bookie_id)
 
 
-# Upstream prints strings with protobuf-java's TextFormat: UTF-8 bytes, printable ASCII as
-# is, C escapes for these, three-digit octal for every other byte.
-_NAMED_ESCAPES: Final = {
-    0x07: "\\a",
-    0x08: "\\b",
-    0x0C: "\\f",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x09: "\\t",
-    0x0B: "\\v",
-    0x5C: "\\\\",
-    0x27: "\\'",
-    0x22: '\\"',
-}
-_ESCAPED: Final = tuple(
-    _NAMED_ESCAPES.get(b, chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}") for b in range(256)
-)
-
-
 class CookieFormatError(ValueError):
     """Bytes that are not a cookie; the message names where they came from."""
 
@@ -99,10 +81,6 @@ def decode_dir_paths(text: str) -> list[str]:
     return rest.split(_SEPARATOR)
 
 
-def _text_string(value: str) -> str:
-    return '"' + "".join(_ESCAPED[b] for b in value.encode("utf-8")) + '"'
-
-
 @dataclass(frozen=True)
 class Mismatch:
     """One field where a found cookie differs from the expected one."""
@@ -117,7 +95,7 @@ class Mismatch:
 
 
 def _show(value: str | None) -> str:
-    return "none" if value is None else _text_string(value)
+    return "none" if value is None else quote(value)
 
 
 @dataclass(frozen=True)
@@ -155,17 +133,14 @@ class Cookie:
 
     def encode(self) -> bytes:
         """The cookie's bytes, equal to upstream's for the same fields (always version 5)."""
-        lines = [
-            str(COOKIE_LAYOUT_VERSION),
-            f"bookieHost: {_text_string(self.bookie_id)}",
-            f"journalDir: {_text_string(self.journal_dirs)}",
-            f"ledgerDirs: {_text_string(self.ledger_dirs)}",
-        ]
-        if self.instance_id is not None:
-            lines.append(f"instanceId: {_text_string(self.instance_id)}")
-        if self.index_dirs is not None:
-            lines.append(f"indexDirs: {_text_string(self.index_dirs)}")
-        return ("\n".join(lines) + "\n").encode("ascii")
+        fields = CookieFormat(
+            bookieHost=self.bookie_id,
+            journalDir=self.journal_dirs,
+            ledgerDirs=self.ledger_dirs,
+            instanceId=self.instance_id,
+            indexDirs=self.index_dirs,
+        )
+        return f"{COOKIE_LAYOUT_VERSION}\n".encode("ascii") + print_text(fields)
 
     @classmethod
     def decode(cls, data: bytes, where: str = "<cookie>") -> Cookie:

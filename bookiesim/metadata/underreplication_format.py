@@ -18,10 +18,8 @@ vectors' ``zk/03``..``zk/06``)::
         checkallledgersctime               *binary* CheckAllLedgersFormat
 
 Most records are protobuf **text** format (``DataFormats.proto``): fields in number order,
-unset optionals left out, strings in double quotes with protobuf-java's escapes — printable
-ASCII as is; ``\\a \\b \\f \\n \\r \\t \\v \\\\ \\' \\"`` named; every other byte of the UTF-8
-encoding as three octal digits. Python's printer names only some of those and writes the rest
-in octal, so :func:`_java_escapes` renames ``\\007 \\010 \\013 \\014``; then our bytes equal
+unset optionals left out, strings in double quotes with protobuf-java's escapes, printed by
+:mod:`bookiesim.metadata.text_format` (the cookies' printer too), so our bytes equal
 upstream's for any string. Reading is as lenient as upstream's ``TextFormat.merge``: fields
 in any order, a repeated singular field keeps its last value.
 
@@ -46,6 +44,7 @@ from google.protobuf.message import DecodeError, Message
 
 from bookiesim.metadata.errors import CorruptMetadataError
 from bookiesim.metadata.store import join_path, validate_path
+from bookiesim.metadata.text_format import print_text
 from bookiesim.proto.DataFormats_pb2 import (
     AuditorVoteFormat,
     CheckAllLedgersFormat,
@@ -111,11 +110,6 @@ _INT32: Final = range(-(2**31), 2**31)
 _MARK_NAME: Final = re.compile(r"urL([0-9]{10,})")
 _VOTE_NAME: Final = re.compile(r"V_([0-9]+)")
 _JAVA_INT: Final = re.compile(r"[+-]?[0-9]+")
-# Python prints these four bytes in octal where protobuf-java names them. The alternation
-# consumes an escaped backslash first, so "\\007" (a backslash, then "007") stays as it is.
-_OCTAL_TO_NAMED: Final = {"007": "\\a", "010": "\\b", "013": "\\v", "014": "\\f"}
-_ESCAPE: Final = re.compile(r"\\(\\|007|010|013|014)")
-
 _M = TypeVar("_M", bound=Message)
 
 
@@ -181,16 +175,6 @@ def vote_sequence(name: str) -> int | None:
 # --- text records -------------------------------------------------------------------------
 
 
-def _java_escapes(text: str) -> str:
-    return _ESCAPE.sub(lambda m: "\\\\" if m[1] == "\\" else _OCTAL_TO_NAMED[m[1]], text)
-
-
-def _print(message: Message) -> bytes:
-    # as_utf8=False: non-ASCII as octal escapes of its UTF-8 bytes, as protobuf-java prints.
-    text = text_format.MessageToString(message, as_utf8=False)
-    return _java_escapes(text).encode("ascii")
-
-
 def _parse(data: bytes, message: _M, where: str, what: str) -> _M:
     try:
         text = data.decode("utf-8")
@@ -209,7 +193,7 @@ def _parse(data: bytes, message: _M, where: str, what: str) -> _M:
 
 def encode_layout(layout_type: str = LAYOUT_TYPE, version: int = LAYOUT_VERSION) -> bytes:
     """``LAYOUT``'s bytes (``type: "BASIC"\\nversion: 1\\n`` for the only layout there is)."""
-    return _print(LedgerRereplicationLayoutFormat(type=layout_type, version=version))
+    return print_text(LedgerRereplicationLayoutFormat(type=layout_type, version=version))
 
 
 def decode_layout(data: bytes, where: str = LAYOUT) -> tuple[str, int]:
@@ -225,7 +209,7 @@ def encode_mark(replicas: Iterable[str], ctime_ms: int | None) -> bytes:
     msg = UnderreplicatedLedgerFormat(replica=list(replicas))
     if ctime_ms is not None:
         msg.ctime = ctime_ms
-    return _print(msg)
+    return print_text(msg)
 
 
 def decode_mark(data: bytes, where: str = MARK_PREFIX) -> tuple[tuple[str, ...], int | None]:
@@ -237,7 +221,7 @@ def decode_mark(data: bytes, where: str = MARK_PREFIX) -> tuple[tuple[str, ...],
 def encode_lock(bookie_id: str | None) -> bytes:
     """A lock's data: who holds it, for people and ``lock_owner`` (empty when unknown, as
     upstream writes when it cannot name its host)."""
-    return _print(LockDataFormat() if bookie_id is None else LockDataFormat(bookieId=bookie_id))
+    return print_text(LockDataFormat() if bookie_id is None else LockDataFormat(bookieId=bookie_id))
 
 
 def decode_lock(data: bytes, where: str = LOCKS) -> str | None:
@@ -247,7 +231,7 @@ def decode_lock(data: bytes, where: str = LOCKS) -> str | None:
 
 def encode_vote(bookie_id: str) -> bytes:
     """An election vote's data, and the election node's once that bookie is elected."""
-    return _print(AuditorVoteFormat(bookieId=bookie_id))
+    return print_text(AuditorVoteFormat(bookieId=bookie_id))
 
 
 def decode_vote(data: bytes, where: str = AUDITOR_ELECTION) -> str | None:

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from bookiesim.metadata.cookies import _text_string as java_text_string
 from bookiesim.metadata.errors import CorruptMetadataError
+from bookiesim.metadata.text_format import quote
 from bookiesim.metadata.underreplication_format import (
     UnderReplicationFormatError,
     decode_check_all_ledgers_ctime,
@@ -154,19 +154,29 @@ def test_errors_name_the_node() -> None:
 def test_mark_round_trip(replicas: list[str], ctime: int | None) -> None:
     data = encode_mark(replicas, ctime)
     assert decode_mark(data, "m") == (tuple(replicas), ctime)
-    expected = "".join(f"replica: {java_text_string(r)}\n" for r in replicas)
+    expected = "".join(f"replica: {quote(r)}\n" for r in replicas)
     if ctime is not None:
         expected += f"ctime: {ctime}\n"
     assert data == expected.encode("ascii")
 
 
-@given(TEXT)
-@example("\x07\x08\x0b\x0c\\007'\"\x7f\u00e9\U0001f600\x00")
-def test_strings_escaped_as_protobuf_java_does(text: str) -> None:
-    # The cookie codec spells protobuf-java's escapes by hand: the same bytes both ways.
+def test_strings_escaped_as_protobuf_java_does() -> None:
+    # protobuf-java's TextFormat.escapeBytes: these named, other non-printables (and every
+    # byte of a non-ASCII character's UTF-8) as three octal digits.
+    text = "\x07\x08\x0b\x0c\\007'\"\x7f\u00e9\x00"
+    java = b"\\a\\b\\v\\f\\\\007\\'\\\"\\177\\303\\251\\000"
     for encode, decode in ((encode_lock, decode_lock), (encode_vote, decode_vote)):
         data = encode(text)
-        assert data == f"bookieId: {java_text_string(text)}\n".encode("ascii")
+        assert data == b'bookieId: "' + java + b'"\n'
+        assert decode(data, "n") == text
+
+
+@given(TEXT)
+@example("\x07\x08\x0b\x0c\\007'\"\x7f\u00e9\U0001f600\x00")
+def test_any_string_round_trips(text: str) -> None:
+    for encode, decode in ((encode_lock, decode_lock), (encode_vote, decode_vote)):
+        data = encode(text)
+        assert data.isascii()
         assert decode(data, "n") == text
 
 
