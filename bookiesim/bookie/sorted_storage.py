@@ -146,12 +146,12 @@ class SortedLedgerStorage(LedgerStorage):
 
     async def flush(self, *, everything: bool) -> None:
         """Write the snapshot out, then the active table if ``everything`` (a checkpoint) or
-        if it is over the size limit; then apply the rotations that were waiting."""
+        if it is over the size limit. A waiting rotation happens as its ledger's last entries
+        leave the table."""
         async with self._flush_lock:
             await self._drive(self._flush_steps())
             if (everything or self.memtable.over_limit) and self.memtable.snapshot():
                 await self._drive(self._flush_steps())
-            self._apply_pending_rotations()
 
     def flush_blocking(self) -> None:
         """Write both tables out, without trio (replay, tests, shutdown)."""
@@ -162,7 +162,6 @@ class SortedLedgerStorage(LedgerStorage):
         if self.memtable.snapshot():
             for _ in self._flush_steps():
                 pass
-        self._apply_pending_rotations()
 
     async def _drive(self, steps: Generator[int]) -> None:
         work = 0
@@ -188,16 +187,16 @@ class SortedLedgerStorage(LedgerStorage):
                 index.set_location(ledger_id, entry_id, add(ledger_id, body))
                 yield len(body)
             table.release_ledger(ledger_id)
+            if not table.holds(ledger_id):
+                self._apply_pending_rotation(ledger_id)
         table.clear_snapshot()
 
-    def _apply_pending_rotations(self) -> None:
-        pending = self._pending_rotations
-        table = self.memtable
-        for ledger_id, reason in list(pending.items()):
-            if not table.holds(ledger_id):
-                del pending[ledger_id]
-                if self.index.exists(ledger_id):
-                    self.entry_logger.rotate_ledger(ledger_id, reason)
+    def _apply_pending_rotation(self, ledger_id: int) -> None:
+        """The ledger's last entries just left the table: the rotation waiting for that, if
+        any, happens now (a flush cut short after this ledger still applies it)."""
+        reason = self._pending_rotations.pop(ledger_id, None)
+        if reason is not None:
+            self.entry_logger.rotate_ledger(ledger_id, reason)
 
     async def run_flusher(self) -> None:
         """Flush at ``skipListSizeLimit`` until cancelled (the bookie runs it as a task)."""
