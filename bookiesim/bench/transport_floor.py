@@ -48,6 +48,9 @@ class NoStorageProcessor:
         self._wake = trio.Event()
         self.groups = 0
 
+    def throttle(self) -> None:
+        return None  # it stores nothing
+
     def needs_task(self, request: pb.Request) -> bool:
         return False
 

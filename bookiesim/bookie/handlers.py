@@ -20,7 +20,7 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
 from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
@@ -62,6 +62,21 @@ class RequestProcessor:
     def __init__(self, bookie: Bookie) -> None:
         self.bookie = bookie
         self.metrics = bookie.metrics
+
+    def throttle(self) -> Callable[[], Awaitable[None]] | None:
+        """None while connections may read on; else what they await first: the ledger
+        storage holds as many unwritten adds as it may (the sorted table at twice
+        ``skipListSizeLimit``), and reading more requests would only grow the bookie's
+        memory. Connections stop reading until a flush makes room, as upstream's blocked
+        add stops its channel."""
+        if not self.bookie.storage.adds_must_wait:
+            return None
+        return self._throttled
+
+    async def _throttled(self) -> None:
+        started = time.perf_counter()
+        await self.bookie.storage.wait_for_room()
+        self.metrics.add_throttled(time.perf_counter() - started)
 
     def needs_task(self, request: pb.Request) -> bool:
         """Whether the request may have to wait (a task of its own): long polls, and fencing

@@ -188,6 +188,15 @@ class LedgerStorage:
 
     # -- entries -----------------------------------------------------------------------
 
+    @property
+    def adds_must_wait(self) -> bool:
+        """Whether adds must wait for room (:meth:`wait_for_room`) before they come in;
+        never here: an add is written to its log at once."""
+        return False
+
+    async def wait_for_room(self) -> None:
+        """Return once adds need not wait (at once here)."""
+
     def add_entry(self, header: EntryHeader, body: bytes) -> int:
         """Append ``body`` to the ledger's entry log and index it; returns the location.
 

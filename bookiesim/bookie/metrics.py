@@ -366,6 +366,25 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         upstream="closest: `bookie_flush_count`",
     ),
     MetricSpec(
+        name="bookie_skip_list_throttling_total",
+        kind=Kind.COUNTER,
+        unit="waits",
+        prom_unit=False,
+        meaning=(
+            "Times a connection stopped reading requests because the sorted ledger storage's "
+            "table and snapshot held twice skipListSizeLimit (the flush was not keeping up)."
+        ),
+        upstream="`bookie_SKIP_LIST_THROTTLING` (counted per add there, per wait here)",
+    ),
+    MetricSpec(
+        name="bookie_skip_list_throttling_seconds",
+        kind=Kind.HISTOGRAM,
+        unit="seconds",
+        buckets=CHECKPOINT_BUCKETS,
+        meaning="How long each of those waits lasted, until a flush made room.",
+        upstream="`bookie_SKIP_LIST_THROTTLING_LATENCY` (milliseconds)",
+    ),
+    MetricSpec(
         name="bookie_write_bytes_total",
         kind=Kind.COUNTER,
         unit="bytes",
@@ -794,6 +813,8 @@ class BookieMetrics:
 
         self._checkpoint_seconds = self._families.histogram("bookie_checkpoint_duration_seconds")
         self._checkpoints = self._families.counter("bookie_checkpoints_total")
+        self._throttled = self._families.counter("bookie_skip_list_throttling_total")
+        self._throttled_seconds = self._families.histogram("bookie_skip_list_throttling_seconds")
         self._write_bytes = self._families.counter("bookie_write_bytes_total")
         self._read_bytes = self._families.counter("bookie_read_bytes_total")
 
@@ -863,6 +884,10 @@ class BookieMetrics:
     def checkpoint(self, seconds: float) -> None:
         self._checkpoint_seconds.observe(seconds)
         self._checkpoints.inc()
+
+    def add_throttled(self, seconds: float) -> None:
+        self._throttled.inc()
+        self._throttled_seconds.observe(seconds)
 
     def bytes_written(self, n: int) -> None:
         self._write_bytes.inc(n)

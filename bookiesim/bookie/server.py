@@ -35,6 +35,8 @@ from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_request
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from bookiesim.bookie.handlers import Respond
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ work. A connection's frames are handled without yielding, so after a stall a 256
 class Processor(Protocol):
     """What the server hands parsed requests to: the bookie's
     :class:`~bookiesim.bookie.handlers.RequestProcessor`, or a benchmark's stand-in."""
+
+    def throttle(self) -> Callable[[], Awaitable[None]] | None:
+        """None while a connection may read on; else what it awaits before reading more."""
+        ...
 
     def needs_task(self, request: pb.Request) -> bool:
         """Whether the request may wait (it then gets a task of its own)."""
@@ -137,6 +143,8 @@ class BookieServer:
         respond: Respond = outgoing.send
         try:
             while True:
+                if (throttled := processor.throttle()) is not None:
+                    await throttled()
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     return
@@ -184,6 +192,8 @@ class BookieServer:
             else:
                 processor.process_v2(request, respond)
             while (frame := decoder.next_frame()) is NEED_DATA:
+                if (throttled := self.processor.throttle()) is not None:
+                    await throttled()
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     return

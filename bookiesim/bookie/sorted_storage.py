@@ -67,6 +67,10 @@ FLUSH_STEP_BYTES: Final = 1 << 20
 """Bytes of entries a flush writes between two turns of other tasks."""
 FLUSH_RETRY_SECONDS: Final = 1.0
 """After a failed size-limit flush, the flusher waits this long before it tries again."""
+THROTTLE_FACTOR: Final = 2
+"""Adds wait while the table and its snapshot hold this many times ``skipListSizeLimit``
+(upstream's table hands out twice the limit in permits, and an add that finds none blocks
+until a flush returns them)."""
 
 
 class SortedLedgerStorage(LedgerStorage):
@@ -78,6 +82,7 @@ class SortedLedgerStorage(LedgerStorage):
         self._pending_rotations: dict[int, RotationReason] = {}
         self._flush_lock = trio.Lock()
         self._wake_flusher: Callable[[], None] | None = None
+        self._room: trio.Event | None = None
 
     def configure(self, cfg: BookieConfig) -> None:
         self.memtable.size_limit = cfg.skip_list_size_limit
@@ -98,6 +103,26 @@ class SortedLedgerStorage(LedgerStorage):
         if self.memtable.add(header.ledger_id, entry_id, body):
             self._size_limit_reached()
         return 0
+
+    @property
+    def adds_must_wait(self) -> bool:
+        """Whether the table and its snapshot hold ``THROTTLE_FACTOR`` times the size limit:
+        the flush is not keeping up, and adds wait (:meth:`wait_for_room`) rather than grow
+        the bookie's memory without bound."""
+        table = self.memtable
+        return table.size + table.snapshot_size >= THROTTLE_FACTOR * table.size_limit
+
+    async def wait_for_room(self) -> None:
+        """Return once adds need not wait (a flush, or a delete, made room)."""
+        while self.adds_must_wait:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+
+    def _made_room(self) -> None:
+        if self._room is not None and not self.adds_must_wait:
+            self._room.set()
+            self._room = None
 
     def _size_limit_reached(self) -> None:
         self.memtable.snapshot()  # a no-op while the last snapshot is being written
@@ -125,6 +150,7 @@ class SortedLedgerStorage(LedgerStorage):
     def delete_ledger(self, ledger_id: int) -> bool:
         self.memtable.drop_ledger(ledger_id)
         self._pending_rotations.pop(ledger_id, None)
+        self._made_room()
         return super().delete_ledger(ledger_id)
 
     def rotate_ledger_log(self, ledger_id: int, reason: RotationReason) -> bool:
@@ -170,9 +196,11 @@ class SortedLedgerStorage(LedgerStorage):
                 work += size
                 if work >= FLUSH_STEP_BYTES:
                     work = 0
+                    self._made_room()
                     await trio.lowlevel.checkpoint()
         finally:
             steps.close()  # cancelled between steps: the rest stays for the next flush
+            self._made_room()
 
     def _flush_steps(self) -> Generator[int]:
         """Write the snapshot in (ledger, entry) order; yield each entry's size."""

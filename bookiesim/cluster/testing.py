@@ -18,6 +18,7 @@ import trio
 
 from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.process import BookieService
+from bookiesim.bookie.sorted_storage import SortedLedgerStorage
 from bookiesim.client.bookie_connection import BookieConnection, connect
 from bookiesim.client.digest import DigestManager, DigestType, master_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
@@ -39,6 +40,19 @@ def bookie_config(root: Path, **overrides: object) -> BookieConfig:
         }
     )
     return base.replace(**overrides) if overrides else base
+
+
+LEDGER_STORAGES = ("InterleavedLedgerStorage", "SortedLedgerStorage")
+"""The ``ledgerStorageClass`` values, for tests that run with each."""
+
+
+async def write_out_table(service: BookieService) -> None:
+    """Write the sorted storage's table to the entry logs now, as its flush at
+    ``skipListSizeLimit`` would; nothing to do for the interleaved storage, whose adds are in
+    their logs already."""
+    storage = service.bookie.storage
+    if isinstance(storage, SortedLedgerStorage):
+        await storage.flush(everything=True)
 
 
 @asynccontextmanager

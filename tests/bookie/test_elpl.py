@@ -6,10 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
 import trio
 import trio.testing
 
-from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
+from bookiesim.bookie.sorted_storage import SortedLedgerStorage
+from bookiesim.cluster.testing import (
+    LEDGER_STORAGES,
+    bookie_client,
+    bookie_config,
+    running_bookie,
+    write_out_table,
+)
 from bookiesim.entrylog.logger import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
@@ -17,13 +25,17 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-async def test_write_close_rotates_and_next_checkpoint_advances_pointer(tmp_path: Path) -> None:
-    cfg = bookie_config(tmp_path, flush_interval=3_600_000)
+@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+async def test_write_close_rotates_and_next_checkpoint_advances_pointer(
+    tmp_path: Path, storage: str
+) -> None:
+    cfg = bookie_config(tmp_path, flush_interval=3_600_000, ledger_storage_class=storage)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         logger = svc.bookie.storage.entry_logger
         for ledger_id in (1, 2):
             for entry_id in range(3):
                 await c.add(ledger_id, entry_id, b"x" * 100, lac=entry_id - 1)
+        await write_out_table(svc)
         logs = logger.active_logs()
         assert set(logs) == {1, 2}
         before = logger.least_unflushed_log_id
@@ -41,15 +53,52 @@ async def test_write_close_rotates_and_next_checkpoint_advances_pointer(tmp_path
         assert r.readResponse.body.endswith(b"x" * 100)
 
 
+async def test_write_close_of_a_ledger_in_the_sorted_table_seals_its_log_after_the_flush(
+    tmp_path: Path,
+) -> None:
+    """With the sorted storage, a write-close that comes while the ledger's entries are still
+    in the table waits for them: the flush writes them to the log, then rotates it, and the
+    checkpoint seals it (BP-32's write-close, after the table)."""
+    cfg = bookie_config(
+        tmp_path, flush_interval=3_600_000, ledger_storage_class="SortedLedgerStorage"
+    )
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        storage = svc.bookie.storage
+        assert isinstance(storage, SortedLedgerStorage)
+        logger = storage.entry_logger
+        for entry_id in range(3):
+            await c.add(1, entry_id, b"y" * 100, lac=entry_id - 1)
+        assert status_ok(await c.write_close(1))
+        assert storage.pending_rotations == {1: RotationReason.WRITE_CLOSE}
+        assert logger.active_logs() == {}, "nothing written before the flush"
+        await svc.bookie.checkpoint()
+        assert storage.pending_rotations == {}
+        assert logger.rotations[RotationReason.WRITE_CLOSE] == 1
+        assert logger.active_logs() == {}
+        assert logger.rotated_log_count == 0, "sealed by the checkpoint"
+        for entry_id in range(3):
+            r = await c.read(1, entry_id)
+            assert r.readResponse.body.endswith(b"y" * 100)
+
+
+def status_ok(response: pb.Response) -> bool:
+    return response.status == pb.EOK
+
+
+@pytest.mark.parametrize("storage", LEDGER_STORAGES)
 async def test_idle_bookie_rotates_expired_logs(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, storage: str
 ) -> None:
     cfg = bookie_config(
-        tmp_path, entrylog_map_access_expiry_time_in_seconds=300, flush_interval=10_000
+        tmp_path,
+        entrylog_map_access_expiry_time_in_seconds=300,
+        flush_interval=10_000,
+        ledger_storage_class=storage,
     )
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         logger = svc.bookie.storage.entry_logger
         await c.add(1, 0, b"a")
+        await write_out_table(svc)
         log_id = logger.active_logs()[1]
         await trio.sleep(200)
         assert logger.active_log_count == 1, "expired too early"
@@ -92,14 +141,19 @@ async def test_metrics_show_rotations_and_pointer(tmp_path: Path) -> None:
         assert 'bookie_requests_total{operation="add_entry",status="EOK"} 1.0' in text
 
 
-async def test_write_close_for_replication_rotates_with_reason_replication(tmp_path: Path) -> None:
+@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+async def test_write_close_for_replication_rotates_with_reason_replication(
+    tmp_path: Path, storage: str
+) -> None:
     """A replication worker's WriteClose (reason REPLICATION) is counted as a `replication`
     rotation; one without a reason (every client before the field existed) stays
     `write_close`. Both are sealed at the next checkpoint."""
-    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+    cfg = bookie_config(tmp_path, ledger_storage_class=storage)
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         logger = svc.bookie.storage.entry_logger
         for ledger_id in (1, 2):
             await c.add(ledger_id, 0, b"a")
+        await write_out_table(svc)
         logs = logger.active_logs()
         replication = pb.WriteCloseRequest(
             ledgerId=1, masterKey=c.key, reason=pb.WriteCloseRequest.REPLICATION

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import struct
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,15 @@ import trio
 from bookiesim.bookie.handlers import decode_availability, encode_availability
 from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager, master_key
-from bookiesim.cluster.testing import BookieTestClient, bookie_client, bookie_config, running_bookie
+from bookiesim.cluster.testing import (
+    LEDGER_STORAGES,
+    BookieTestClient,
+    bookie_client,
+    bookie_config,
+    running_bookie,
+    write_out_table,
+)
+from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
@@ -76,8 +85,10 @@ async def test_master_key_mismatch_is_eua(tmp_path: Path) -> None:
         assert status(await c.read(1, 1)) == "ENOENTRY", "a rejected add must store nothing"
 
 
-async def test_fencing(tmp_path: Path) -> None:
-    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+async def test_fencing(tmp_path: Path, storage: str) -> None:
+    cfg = bookie_config(tmp_path, ledger_storage_class=storage)
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         await c.add(1, 0, b"a")
         await c.add(1, 1, b"b", lac=0)
         # A fencing read without a key is unauthorised; with a wrong key too.
@@ -91,8 +102,10 @@ async def test_fencing(tmp_path: Path) -> None:
         assert status(await c.add(1, 2, b"c", lac=1)) == "EFENCED"
         assert status(await c.add(1, 2, b"c", lac=1, recovery=True)) == "EOK"
         assert status(await c.add(1, 3, b"d", lac=1, recovery=True, key=KEY_OTHER)) == "EUA"
-        # Fencing rotates the ledger's log (BP-32).
-        assert svc.bookie.storage.entry_logger.rotations
+        # Fencing rotates the ledger's log (BP-32); with the sorted storage, once the
+        # ledger's entries have left the table.
+        await write_out_table(svc)
+        assert svc.bookie.storage.entry_logger.rotations[RotationReason.FENCE] == 1
         # Once the fence is durable, fencing reads take the quick path (no task of their
         # own): same answers, same key checks.
         assert svc.bookie.fence_is_durable(1)
@@ -265,9 +278,12 @@ async def test_auth_is_disabled_plugin(tmp_path: Path) -> None:
         assert r.authResponse.authPluginName == "AuthDisabledPlugin"
 
 
-async def test_write_close(tmp_path: Path) -> None:
-    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+async def test_write_close(tmp_path: Path, storage: str) -> None:
+    cfg = bookie_config(tmp_path, ledger_storage_class=storage)
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         await c.add(1, 0, b"a")
+        await write_out_table(svc)
         logger = svc.bookie.storage.entry_logger
         assert logger.active_log_count == 1
         assert status(await c.write_close(1, key=KEY_OTHER)) == "EUA"
@@ -517,3 +533,47 @@ async def test_v3_and_v2_on_one_port_and_bad_v2_frames_close_only_their_connecti
         async with v2_client(svc) as c:
             assert code(await c.add(1, 1, b"by v2")) == "EOK"
         assert status(await v3.read(1, 1)) == "EOK"
+
+
+async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
+    tmp_path: Path,
+) -> None:
+    """Upstream's throttle, through a connection: with the flush held, adds fill the table
+    and its snapshot to twice skipListSizeLimit, then the bookie stops reading; once the
+    flush runs, the rest come in and every add is acknowledged."""
+    cfg = bookie_config(
+        tmp_path,
+        ledger_storage_class="SortedLedgerStorage",
+        skip_list_size_limit=8 * 1024,
+        flush_interval=3_600_000,
+    )
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        storage = svc.bookie.storage
+        release = trio.Event()
+
+        async def hold_the_flush(task_status: trio.TaskStatus[None]) -> None:
+            async with storage._flush_lock:  # type: ignore[attr-defined]
+                task_status.started()
+                await release.wait()
+
+        statuses: dict[int, str] = {}
+
+        async def add(entry_id: int) -> None:
+            statuses[entry_id] = status(await c.add(1, entry_id, b"z" * 1024))
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hold_the_flush)
+            for entry_id in range(64):  # 64 KiB: four times the limit
+                nursery.start_soon(add, entry_id)
+            with trio.move_on_after(1.0):
+                while len(statuses) < 64:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            assert storage.adds_must_wait
+            assert 16 <= len(statuses) < 64, "the bookie read on past twice the limit"
+            release.set()
+        assert statuses == dict.fromkeys(range(64), "EOK")
+        assert storage.entry_ids(1) == list(range(64))
+        body, _ = svc.metrics.render()
+        waits = re.search(r"^bookie_skip_list_throttling_total (\S+)$", body.decode(), re.M)
+        assert waits is not None
+        assert float(waits.group(1)) >= 1

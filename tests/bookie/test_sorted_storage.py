@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import hypothesis.strategies as st
 import pytest
 import trio
+import trio.testing
 from hypothesis import settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -259,3 +260,73 @@ def test_a_ledger_deleted_during_a_flush_is_skipped(tmp_path: Path) -> None:
 def test_the_table_rejects_a_limit_below_one_byte() -> None:
     with pytest.raises(ValueError, match="skipListSizeLimit"):
         EntryMemTable(0)
+
+
+def test_adds_wait_at_twice_the_size_limit_until_a_flush_makes_room(tmp_path: Path) -> None:
+    """Upstream's throttle: the table and its snapshot hold at most twice
+    ``skipListSizeLimit``; past that, adds wait for the flush instead of growing memory."""
+    storage = open_storage(config(tmp_path, skip_list_size_limit=1000))
+
+    async def main() -> None:
+        storage.create_ledger(1, KEY)
+        entry_id = 0
+        while not storage.adds_must_wait:
+            data = body(1, entry_id, 100)
+            storage.add_entry(entry_header(data), data)
+            entry_id += 1
+        table = storage.memtable
+        assert table.size + table.snapshot_size >= 2000
+        assert table.has_snapshot  # the first 1,000 bytes wait to be written
+        waited = trio.Event()
+
+        async def add_when_room() -> None:
+            await storage.wait_for_room()
+            waited.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(add_when_room)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not waited.is_set(), "an add went on past twice the limit"
+            await storage.flush(everything=False)
+            await waited.wait()
+        assert not storage.adds_must_wait
+        assert storage.entry_ids(1) == list(range(entry_id))
+        storage._check()
+
+    try:
+        trio.run(main)
+    finally:
+        storage.close()
+
+
+def test_a_delete_makes_room_for_waiting_adds(tmp_path: Path) -> None:
+    storage = open_storage(config(tmp_path, skip_list_size_limit=1000))
+
+    async def main() -> None:
+        storage.create_ledger(1, KEY)
+        for entry_id in range(25):
+            data = body(1, entry_id, 100)
+            storage.add_entry(entry_header(data), data)
+        assert storage.adds_must_wait
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(storage.wait_for_room)
+            await trio.testing.wait_all_tasks_blocked()
+            storage.delete_ledger(1)  # its entries leave the table: room, without a flush
+        assert not storage.adds_must_wait
+
+    try:
+        trio.run(main)
+    finally:
+        storage.close()
+
+
+def test_the_interleaved_storage_never_makes_adds_wait(tmp_path: Path) -> None:
+    cfg = bookie_config(tmp_path, ledger_storage_class="InterleavedLedgerStorage")
+    for d in cfg.ledger_directories:
+        (d / "current").mkdir(parents=True, exist_ok=True)
+    storage = open_ledger_storage(cfg, clock=lambda: 0.0)
+    try:
+        assert not storage.adds_must_wait
+        trio.run(storage.wait_for_room)
+    finally:
+        storage.close()
