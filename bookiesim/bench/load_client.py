@@ -27,6 +27,14 @@ from bookiesim.proto.frames import FrameDecoder, encode_frame
 
 BURST = 64
 PACED_BURST = 32
+STALL_SECONDS = 60.0
+"""With adds outstanding and no answer for this long, the bookie has stopped answering (an
+upstream bookie out of file descriptors flushes, fails and retries forever): the run fails
+instead of waiting for ever."""
+
+
+class BookieStalledError(Exception):
+    """No answer from the bookie for :data:`STALL_SECONDS` with adds outstanding."""
 
 
 @dataclass
@@ -118,7 +126,13 @@ async def run_load(
         total = len(frames)
         parse = pb.Response.FromString
         while received < total:
-            data = await stream.receive_some(1 << 18)
+            with trio.move_on_after(STALL_SECONDS) as waiting:
+                data = await stream.receive_some(1 << 18)
+            if waiting.cancelled_caught:
+                raise BookieStalledError(
+                    f"no answer from the bookie for {STALL_SECONDS:.0f} s, "
+                    f"{received:,} of {total:,} adds answered"
+                )
             if not data:
                 raise ConnectionError("bookie closed the connection")
             decoder.receive_data(data)
@@ -151,7 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=None, help="adds per second (paced)")
     args = parser.parse_args(argv)
     frames = build_frames(args.ledgers, args.first_ledger, args.adds, args.size)
-    result = trio.run(run_load, args.host, args.port, frames, args.window, args.rate, args.size)
+    stalled: BaseException | None = None
+    try:
+        result = trio.run(run_load, args.host, args.port, frames, args.window, args.rate, args.size)
+    except* (BookieStalledError, ConnectionError) as group:
+        stalled = group.exceptions[0]
+    if stalled is not None:
+        # One line on stderr: bench compare reports a failed run by its last line.
+        print(f"load client: {stalled}", file=sys.stderr)
+        return 2
     json.dump(result.summary(), sys.stdout)
     print()
     return 0 if result.errors == 0 else 1
