@@ -19,7 +19,7 @@ from bookiesim.console import make_console
 from bookiesim.sim.bugs import unknown_bugs
 from bookiesim.sim.campaign import BUGS, failure_report, run_campaign
 from bookiesim.sim.plan import FAULT_KINDS
-from bookiesim.sim.runner import RunResult, SimSettings, quiet_logs
+from bookiesim.sim.runner import LEDGER_STORAGES, RunResult, SimSettings, quiet_logs
 
 if TYPE_CHECKING:
     import argparse
@@ -49,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--faults",
         help=f"comma-separated fault families to use (default all: {','.join(FAULT_KINDS)}; "
         "'none' for none)",
+    )
+    p.add_argument(
+        "--ledger-storage",
+        choices=LEDGER_STORAGES,
+        default=defaults.ledger_storage,
+        help="the bookies' ledgerStorageClass (default by-seed: SortedLedgerStorage for even "
+        "seeds, InterleavedLedgerStorage for odd ones)",
     )
     p.add_argument(
         "--inject-bug",
@@ -95,6 +102,7 @@ def _settings(args: argparse.Namespace) -> SimSettings:
         recoverers=args.recoverers,
         faults=kinds,
         bugs=bugs,
+        ledger_storage=args.ledger_storage,
     )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from bookiesim.bookie.sorted_storage import SortedLedgerStorage
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
 from bookiesim.sim.actors import payload
 from bookiesim.sim.invariants import BookieView, ClusterView
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from bookiesim.bookie.bookie import Bookie
+    from bookiesim.bookie.ledger_storage import LedgerStorage
     from bookiesim.metadata.ledgers import LedgerMetadata
     from bookiesim.sim.history import History, Swap
 
@@ -50,6 +52,10 @@ RECLAIM_BOUND = (
 by its write-close or at the latest by idle expiry, flushed by the next checkpoint and
 extracted by the next GC pass (two, in case a pass was running); 10 s of slack covers slow
 disks and long passes. 25 s with the simulation's settings."""
+
+IN_TABLE = -1
+"""What :class:`Observer` remembers as the location of an entry it verified in the sorted
+storage's table (no entry log location is negative)."""
 
 REPLICATION_BOUND = 40.0
 """RR's bound, in seconds of quiet after a bookie is lost for good (or after the ledger
@@ -127,7 +133,8 @@ class Observer:
         disk = self.cluster.disk
         disk.observing = True
         try:
-            return frozenset(e for e, _ in storage.index.entries(ledger_id))
+            in_index = frozenset(e for e, _ in storage.index.entries(ledger_id))
+            return in_index.union(_table_entries(storage, ledger_id))
         finally:
             disk.observing = False
 
@@ -178,7 +185,9 @@ class Observer:
         logs = set(storage.entry_logger.log_ids())
         for lid in storage.ledger_ids():
             located = list(index.entries(lid))
-            entries[lid] = frozenset(e for e, _ in located)
+            in_index = frozenset(e for e, _ in located)
+            in_table = _table_entries(storage, lid) - in_index
+            entries[lid] = in_index.union(in_table)
             if storage.is_fenced(lid):
                 fenced.add(lid)
             try:
@@ -191,6 +200,10 @@ class Observer:
             for e, location in located:
                 if verified.get((lid, e)) != location or (location >> 32) not in logs:
                     verified[(lid, e)] = location
+                    self._verify(sb, bookie, lid, e, lid in metadata, bad, unreadable)
+            for e in in_table:
+                if verified.get((lid, e)) != IN_TABLE:
+                    verified[(lid, e)] = IN_TABLE
                     self._verify(sb, bookie, lid, e, lid in metadata, bad, unreadable)
         logger = storage.entry_logger
         cfg = sb.cfg
@@ -261,6 +274,15 @@ class Observer:
             return
         if got != payload(lid, e):
             bad.append(f"{sb.bookie_id}: ledger {lid} entry {e} holds another payload")
+
+
+def _table_entries(storage: LedgerStorage, ledger_id: int) -> set[int]:
+    """The ledger's entries in the sorted storage's table: acknowledged and readable, but
+    not in the index until a flush (the journal holds them until then). Stored all the
+    same."""
+    if isinstance(storage, SortedLedgerStorage):
+        return storage.memtable.entry_ids(ledger_id)
+    return set()
 
 
 def _structure_errors(name: str, bookie: Bookie) -> list[str]:

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
 __all__ = [
+    "BY_SEED",
+    "LEDGER_STORAGES",
     "RunResult",
     "SimSettings",
     "Simulation",
@@ -63,6 +65,11 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (3, 2, 1),
     (4, 3, 2),
 )
+
+
+BY_SEED = "by-seed"
+""":attr:`SimSettings.ledger_storage`'s default: the storage class follows the seed."""
+LEDGER_STORAGES = (BY_SEED, "SortedLedgerStorage", "InterleavedLedgerStorage")
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,18 @@ class SimSettings:
     shapes: tuple[tuple[int, int, int], ...] = DEFAULT_SHAPES
     request_timeout: float = 2.0
     stop_on_violation: bool = True
+    ledger_storage: str = BY_SEED
+    """``ledgerStorageClass`` of every bookie (short name), or :data:`BY_SEED`: the sorted
+    storage (the default) for even seeds, the interleaved one for odd seeds, so that every
+    campaign covers both and the regressions found before the sorted storage existed keep
+    their seeds."""
+
+    @property
+    def ledger_storage_class(self) -> str:
+        """The ``ledgerStorageClass`` this run's bookies get."""
+        if self.ledger_storage != BY_SEED:
+            return self.ledger_storage
+        return "SortedLedgerStorage" if self.seed % 2 == 0 else "InterleavedLedgerStorage"
 
     def replay_command(self) -> str:
         """The command line that runs exactly this run again."""
@@ -101,6 +120,8 @@ class SimSettings:
             parts.append(f"--recoverers {self.recoverers}")
         if self.faults != defaults.faults:
             parts.append(f"--faults {','.join(sorted(self.faults)) or 'none'}")
+        if self.ledger_storage != defaults.ledger_storage:
+            parts.append(f"--ledger-storage {self.ledger_storage}")
         parts.extend(f"--inject-bug {bug}" for bug in sorted(self.bugs))
         return " ".join(parts)
 
@@ -246,7 +267,10 @@ class Simulation:
                     self.rng.stream("network"),
                     nursery,
                     disk=disk,
-                    overrides=bookie_overrides(self.settings.bugs),
+                    overrides={
+                        **bookie_overrides(self.settings.bugs),
+                        "ledgerStorageClass": self.settings.ledger_storage_class,
+                    },
                     autorecovery=(
                         autorecovery_config(**autorecovery_flags(self.settings.bugs))
                         if "lose" in self.settings.faults

@@ -25,8 +25,13 @@ SMALL = SimSettings(bookies=4, writers=1, recoverers=1)
 REGRESSIONS: dict[str, tuple[SimSettings, tuple[int, ...], str]] = {
     # Ensemble changes (partitions, loss, delays, crashes) followed by recoveries: recovery
     # starts below the last segment, a re-add fails, and the change it proposes is below it.
-    # Seeds of the default campaign.
-    "ensemble-change-below-existing": (SimSettings(steps=30), (18, 31, 37), "S5"),
+    # Seeds of the default campaign when every seed ran the interleaved storage (seed 18's
+    # schedule differs with the sorted one, which `by-seed` now gives it).
+    "ensemble-change-below-existing": (
+        SimSettings(steps=30, ledger_storage="InterleavedLedgerStorage"),
+        (18, 31, 37),
+        "S5",
+    ),
     # A slowly written ledger pins leastUnflushedLogId; the retention's deletions newer
     # than its log are never reclaimed.
     "gc-below-least-unflushed-only": (

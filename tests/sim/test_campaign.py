@@ -175,3 +175,26 @@ def test_a_failure_report_names_the_invariant_and_a_replay_command() -> None:
     )
     unsafe = replace(base, bugs=frozenset({"recovery-reads-without-fence"}))
     assert unsafe.replay_command().endswith("--inject-bug recovery-reads-without-fence")
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        (SimSettings(seed=2), "SortedLedgerStorage"),
+        (SimSettings(seed=3), "InterleavedLedgerStorage"),
+        (SimSettings(seed=3, ledger_storage="SortedLedgerStorage"), "SortedLedgerStorage"),
+    ],
+)
+def test_the_storage_class_follows_the_seed_unless_given(run: SimSettings, expected: str) -> None:
+    """A campaign covers both ledger storages (even seeds sorted, odd interleaved); the
+    bookies of the run get it, and a replay names it when it was given."""
+    assert run.ledger_storage_class == expected
+    with SimStepper(replace(run, bookies=3, writers=1, recoverers=1)) as sim:
+        cluster = sim.sim.cluster
+        assert cluster is not None
+        for sb in cluster.bookies.values():
+            assert sb.cfg.effective_ledger_storage == expected
+        sim.write(ledgers=1, entries=3)
+        assert sim.check() == []
+    given = run.ledger_storage != "by-seed"
+    assert ("--ledger-storage" in run.replay_command()) == given

@@ -283,6 +283,11 @@ def test_the_machine_finds_2614_when_recovery_reads_do_not_fence() -> None:
             bugs=frozenset({"recovery-reads-without-fence"}),
         )
 
+    # The budget was found with every bookie interleaved: a bug of the client's recovery,
+    # whatever the storage, but the schedules (and so the budget) differ. Set outside the
+    # class body, whose source seeds the derandomized examples.
+    Unsafe.SETTINGS = replace(Unsafe.SETTINGS, ledger_storage="InterleavedLedgerStorage")
+
     budget = settings(
         BUDGET,
         max_examples=100,
