@@ -60,6 +60,7 @@ SETTINGS: dict[str, object] = {
     "majorCompactionInterval": 120,
     "compactionRateByEntries": 100_000,
     "journalSyncData": False,
+    "ledgerStorageClass": DEFAULT_SETTINGS["ledgerStorageClass"],  # the experiment's
 }
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from bookiesim.bookie.sorted_storage import SortedLedgerStorage
 from bookiesim.client.errors import BKError
 from bookiesim.metadata.errors import MetadataError
 
@@ -150,7 +151,10 @@ class LossTracker:
             except KeyError:  # stopped: nothing of it is active any more
                 copy.sealed_at = t
                 continue
-            if bookie.storage.entry_logger.current_log_id(copy.ledger_id) is None:
+            storage = bookie.storage
+            if isinstance(storage, SortedLedgerStorage) and storage.memtable.holds(copy.ledger_id):
+                continue  # its copies are not in a log yet: the flush rotates it after them
+            if storage.entry_logger.current_log_id(copy.ledger_id) is None:
                 copy.sealed_at = t
 
     def summary(self, reclaims: list[tuple[int, float, float | None]]) -> dict[str, Any]:
