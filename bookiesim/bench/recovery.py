@@ -16,7 +16,8 @@ defaults), then:
    replication (the store is looked at every 0.2 s: a copy quicker than that counts as
    0.2 s); write-close after replication (ok / skipped / failed, from the surviving bookies'
    ``autorecovery_write_close_after_replication_total``) and the receiving bookies' log
-   rotations with reason ``replication`` come from their ``/metrics``;
+   rotations with reason ``replication`` come from their ``/metrics``, read after each
+   survivor's next checkpoint (the sorted storage rotates a copy's log in its flush);
 4. baselines, in the same repetition on the same machine: the **client copy** — the same
    entries read from the survivors and added to one bookie by a plain client, pipelined (the
    floor of a copy through the protocol) — and the **raw copy** — the same number of bytes
@@ -60,6 +61,7 @@ from bookiesim.bench.report import (
     positive_int,
     publish,
 )
+from bookiesim.cluster.probe import checkpoints, wait_for_checkpoint
 from bookiesim.cluster.processes import LocalBookie, bookie_process
 from bookiesim.console import make_console
 from bookiesim.metadata.factory import open_store
@@ -213,8 +215,11 @@ def _one_run(
                 figures["replicationSeconds"].runs.append(round(seconds, 3))
                 figures["rereplicatedMBps"].runs.append(round(nbytes / seconds / 1e6, 3))
                 figures["rereplicatedEntries"].runs.append(round(len(share) / seconds, 1))
-                await trio.sleep(1.0)  # the last WriteCloses' answers and rotations
+                # Healed means every copy and its WriteClose are done; the sorted storage
+                # rotates a copy's log in the flush of the next checkpoint.
                 survivors = [b for i, b in by_id.items() if i != lost]
+                before = {b.name: checkpoints(b) for b in survivors}
+                await trio.to_thread.run_sync(wait_for_checkpoint, survivors, before)
                 found = _metrics(survivors)
                 sizes["metricEntries"] = found.pop("metricEntries")
                 for key, value in found.items():

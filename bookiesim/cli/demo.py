@@ -49,7 +49,10 @@ from rich.table import Table
 
 from bookiesim.cli.client_actions import generated_payload
 from bookiesim.cli.demo_heal import heal_act
-from bookiesim.cli.demo_probe import (
+from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
+from bookiesim.client.distribution import RoundRobinDistribution
+from bookiesim.cluster.control import detach, start_cluster
+from bookiesim.cluster.probe import (
     bookie_info,
     checkpoints,
     metric_by_label,
@@ -57,9 +60,6 @@ from bookiesim.cli.demo_probe import (
     snapshot,
     wait_for_checkpoint,
 )
-from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
-from bookiesim.client.distribution import RoundRobinDistribution
-from bookiesim.cluster.control import detach, start_cluster
 from bookiesim.cluster.processes import (
     HOST,
     ClusterError,

@@ -29,7 +29,8 @@ import trio
 from rich.markup import escape
 from rich.table import Table
 
-from bookiesim.cli.demo_probe import (
+from bookiesim.cluster.control import add_bookie
+from bookiesim.cluster.probe import (
     Samples,
     bookie_info,
     bookie_metrics,
@@ -39,7 +40,6 @@ from bookiesim.cli.demo_probe import (
     snapshot,
     wait_for_checkpoint,
 )
-from bookiesim.cluster.control import add_bookie
 from bookiesim.cluster.processes import HOST, ClusterError
 from bookiesim.metadata import open_store
 from bookiesim.metadata.ledgers import LedgerManager
@@ -172,7 +172,6 @@ def heal_act(
     victim = [b for b in bookies if b is not spare and _id(b) != auditor][-1]
     before = trio.run(_ensembles, uri, ledger_ids)
     spare_before = snapshot(spare)
-    spare_checkpoints = checkpoints(spare)
     console.print()
     console.print(
         f"[bold]4. {victim.name} is killed (SIGKILL); the cluster heals[/] — auditor "
@@ -200,6 +199,10 @@ def heal_act(
         ) from None
     healing = Healing(victim, spare, before, seconds=time.monotonic() - started)
     healing.after = trio.run(_ensembles, uri, ledger_ids)
+    # Counted once healed: every copy and its WriteClose are done (a worker removes a mark
+    # only after both), and the sorted storage rotates a copy's log in the flush of the
+    # next checkpoint, which seals it too.
+    spare_checkpoints = checkpoints(spare)
     with console.status("Waiting for the spare's checkpoint…"):
         wait_for_checkpoint([spare], {spare.name: spare_checkpoints}, flush_interval_ms)
     _print_tables(console, healing, bookies, name, spare_before.info)

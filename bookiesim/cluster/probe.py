@@ -1,6 +1,7 @@
-"""What the demo reads from its bookies: their admin API (``/api/v1/bookie/info``) and
-``/metrics``, and the wait for a checkpoint. Shared by the demo's acts (:mod:`.demo`,
-:mod:`.demo_heal`); every failure is one :class:`ClusterError` naming the bookie and the URL.
+"""What a caller reads from running bookie processes: their admin API
+(``/api/v1/bookie/info``) and ``/metrics``, and the wait for a checkpoint. Used by the demo's
+acts (:mod:`bookiesim.cli.demo`, :mod:`bookiesim.cli.demo_heal`) and ``bench recovery``;
+every failure is one :class:`ClusterError` naming the bookie and the URL.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ __all__ = [
 
 HTTP_TIMEOUT = 5.0
 CHECKPOINT_TIMEOUT = 15.0
-"""Seconds to wait for a checkpoint (the demo's flushInterval is 1 s)."""
+"""Seconds to wait for a checkpoint: upstream's flushInterval (10 s) and some slack; the
+demo's is 1 s."""
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
