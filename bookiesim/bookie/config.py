@@ -280,8 +280,7 @@ class BookieConfig:
     ledger_storage_class: str = _key(
         _STORAGE,
         "ledgerStorageClass",
-        INTERLEAVED_LEDGER_STORAGE,
-        upstream_default=SORTED_LEDGER_STORAGE,
+        SORTED_LEDGER_STORAGE,
         meaning="How adds reach the entry logs: SortedLedgerStorage keeps them in a sorted "
         "in-memory table and writes each ledger's entries together at skipListSizeLimit or "
         "a checkpoint; InterleavedLedgerStorage writes each add to its log at once. Upstream's "

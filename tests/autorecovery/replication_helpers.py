@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from bookiesim.autorecovery.fragments import distribution
 from bookiesim.client import BookieUnavailableError, BookKeeper, ClientConfig, DigestType
 from bookiesim.client.digest import DigestManager
+from bookiesim.cluster.testing import write_out_table
 from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import read_request
@@ -64,7 +65,10 @@ async def missing_replicas(
     return out
 
 
-def replication_rotations(cluster: LocalCluster, bookie: str) -> int:
-    """How many entry logs ``bookie`` rotated because a replication worker said so."""
-    logger = cluster.service(bookie).bookie.storage.entry_logger
-    return logger.rotations[RotationReason.REPLICATION]
+async def replication_rotations(cluster: LocalCluster, bookie: str) -> int:
+    """How many entry logs ``bookie`` rotated because a replication worker said so, once
+    its sorted table is written out (a rotation asked for a ledger still in the table waits
+    for that)."""
+    service = cluster.service(bookie)
+    await write_out_table(service)
+    return service.bookie.storage.entry_logger.rotations[RotationReason.REPLICATION]

@@ -69,7 +69,7 @@ async def test_a_lost_bookies_share_is_copied_swapped_and_write_closed(
         assert lost not in metadata.bookies()
         assert metadata.ensembles[0][1] == copy.replacement  # the same position
         assert await missing_replicas(bk, lh.ledger_id, metadata) == []
-        assert replication_rotations(cluster, copy.replacement) == 1
+        assert await replication_rotations(cluster, copy.replacement) == 1
         assert sample(metrics, "autorecovery_fragments_replicated_total", outcome="ok") == 1
         assert sample(metrics, "autorecovery_replicated_entries_total") == expected
         assert (
@@ -93,7 +93,7 @@ async def test_an_empty_fragment_is_only_swapped(tmp_path: Path) -> None:
         (copy,) = result.copies
         assert (copy.entries, copy.swapped, copy.write_close) == (0, True, None)
         assert lost not in result.metadata.bookies()
-        assert replication_rotations(cluster, copy.replacement) == 0
+        assert await replication_rotations(cluster, copy.replacement) == 0
 
 
 async def test_a_bookie_is_never_swapped_twice(tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ async def test_write_close_is_skipped_for_a_bookie_that_does_not_advertise_it(
         )
         (copy,) = result.copies
         assert (copy.replacement, copy.write_close) == (plain, "skipped")
-        assert replication_rotations(cluster, plain) == 0
+        assert await replication_rotations(cluster, plain) == 0
         assert (
             sample(metrics, "autorecovery_write_close_after_replication_total", outcome="skipped")
             == 1
@@ -240,7 +240,7 @@ async def test_write_close_after_replication_can_be_turned_off(tmp_path: Path) -
         )
         (copy,) = result.copies
         assert copy.write_close == "skipped"
-        assert replication_rotations(cluster, copy.replacement) == 0
+        assert await replication_rotations(cluster, copy.replacement) == 0
         assert (
             sample(metrics, "autorecovery_write_close_after_replication_total", outcome="skipped")
             == 1

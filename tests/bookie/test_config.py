@@ -87,6 +87,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "journalMaxBackups": 5,
     "skipReplayJournalInvalidRecord": False,
     "openFileLimit": 20000,
+    "ledgerStorageClass": "org.apache.bookkeeper.bookie.SortedLedgerStorage",
     "sortedLedgerStorageEnabled": True,
     "skipListSizeLimit": 64 * 1024 * 1024,
     "readOnlyModeEnabled": True,
@@ -107,10 +108,6 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
 # Keys whose default we changed on purpose: key -> (ours, upstream's).
 CHANGED_DEFAULTS: dict[str, tuple[object, object]] = {
     "entryLogPerLedgerEnabled": (True, False),
-    "ledgerStorageClass": (
-        "org.apache.bookkeeper.bookie.InterleavedLedgerStorage",
-        "org.apache.bookkeeper.bookie.SortedLedgerStorage",
-    ),
     "httpServerHost": ("127.0.0.1", "0.0.0.0"),
     "httpServerPort": (8000, 8080),
 }

@@ -16,6 +16,7 @@ import pytest
 
 from bookiesim.client import BookKeeper, LedgerFencedError
 from bookiesim.cluster.in_process import running_cluster
+from bookiesim.cluster.testing import write_out_table
 from bookiesim.entrylog.logger import RotationReason
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload
@@ -58,7 +59,9 @@ async def test_write_change_close_recover_delete(tmp_path: Path, metadata_uri: s
         assert first == 0
         assert second in (10, 11)
         for bookie in lh.ensemble:
-            rotations = cluster.service(bookie).bookie.storage.entry_logger.rotations
+            service = cluster.service(bookie)
+            await write_out_table(service)  # a rotation waits for the ledger's table entries
+            rotations = service.bookie.storage.entry_logger.rotations
             assert rotations[RotationReason.WRITE_CLOSE] == 1
         reader = await other.open_ledger(lid)
         assert [e.payload for e in await reader.read_entries(0, 39)] == [

@@ -16,17 +16,25 @@ import trio
 
 from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.cluster.in_process import FaultyConnector, LocalCluster
+from bookiesim.cluster.testing import write_out_table
 from bookiesim.entrylog.logger import RotationReason
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import payload, wait_until
 
 
-def rotations(cluster: LocalCluster, bookie: str, reason: RotationReason) -> int:
-    return cluster.service(bookie).bookie.storage.entry_logger.rotations[reason]
+async def rotations(cluster: LocalCluster, bookie: str, reason: RotationReason) -> int:
+    """The bookie's rotations for ``reason``, once its sorted table is written out (a
+    rotation asked for a ledger still in the table waits for that)."""
+    service = cluster.service(bookie)
+    await write_out_table(service)
+    return service.bookie.storage.entry_logger.rotations[reason]
 
 
-def has_active_log(cluster: LocalCluster, bookie: str, ledger_id: int) -> bool:
-    return ledger_id in cluster.service(bookie).bookie.storage.entry_logger.active_logs()
+async def has_active_log(cluster: LocalCluster, bookie: str, ledger_id: int) -> bool:
+    """Whether the ledger has an active log on the bookie, once its table is written out."""
+    service = cluster.service(bookie)
+    await write_out_table(service)
+    return ledger_id in service.bookie.storage.entry_logger.active_logs()
 
 
 async def write_ledger(bk: BookKeeper, e: int, n: int = 20) -> tuple[int, tuple[str, ...]]:
@@ -45,15 +53,15 @@ async def test_write_close_reaches_every_ensemble_bookie_and_rotates_the_logs(
     for i in range(20):
         await lh.add_entry(payload(lid, i))
     for bookie in lh.ensemble:
-        assert has_active_log(cluster, bookie, lid)
+        assert await has_active_log(cluster, bookie, lid)
     await lh.close()  # returns without waiting for the WriteCloses
     await bk.wait_write_closes()
     assert (bk.stats.write_close_sent, bk.stats.write_close_ok) == (3, 3)
     assert (bk.stats.write_close_failed, bk.stats.write_close_skipped) == (0, 0)
     for bookie in cluster.running_ids():
         expected = 1 if bookie in lh.ensemble else 0
-        assert rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == expected, bookie
-        assert not has_active_log(cluster, bookie, lid)
+        assert await rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == expected, bookie
+        assert not await has_active_log(cluster, bookie, lid)
     for bookie in lh.ensemble:
         service = cluster.service(bookie)
         logger = service.bookie.storage.entry_logger
@@ -85,7 +93,7 @@ async def test_write_close_goes_to_every_ensemble_of_the_ledger(cluster: LocalCl
         assert (bk.stats.write_close_sent, bk.stats.write_close_ok) == (3, 3)
         assert bk.stats.write_close_skipped == 1
         for bookie in lh.metadata.bookies() - {gone}:
-            assert rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == 1
+            assert await rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == 1
 
 
 async def _same_data(bk: BookKeeper, ledger_id: int, n: int) -> None:
@@ -108,14 +116,14 @@ async def test_bookie_not_advertising_write_close_gets_none_and_rotates_at_expir
         await bk.wait_write_closes()
         assert (bk.stats.write_close_sent, bk.stats.write_close_ok) == (4, 4)
         assert bk.stats.write_close_skipped == 1
-        assert rotations(cluster, legacy, RotationReason.WRITE_CLOSE) == 0
-        assert has_active_log(cluster, legacy, lid)
+        assert await rotations(cluster, legacy, RotationReason.WRITE_CLOSE) == 0
+        assert await has_active_log(cluster, legacy, lid)
         await _same_data(bk, lid, 20)
         # Only the timing differs: the log still rotates, at expiry.
         with trio.fail_after(10):
-            while has_active_log(cluster, legacy, lid):  # noqa: ASYNC110
+            while await has_active_log(cluster, legacy, lid):  # noqa: ASYNC110
                 await trio.sleep(0.05)
-        assert rotations(cluster, legacy, RotationReason.EXPIRY) >= 1
+        assert await rotations(cluster, legacy, RotationReason.EXPIRY) >= 1
 
 
 async def test_a_dropped_write_close_changes_nothing_but_timing(cluster: LocalCluster) -> None:
@@ -135,8 +143,8 @@ async def test_a_dropped_write_close_changes_nothing_but_timing(cluster: LocalCl
         await bk.wait_write_closes()
         assert (bk.stats.write_close_sent, bk.stats.write_close_ok) == (3, 2)
         assert bk.stats.write_close_failed == 1
-        assert rotations(cluster, lost, RotationReason.WRITE_CLOSE) == 0
-        assert has_active_log(cluster, lost, lid)
+        assert await rotations(cluster, lost, RotationReason.WRITE_CLOSE) == 0
+        assert await has_active_log(cluster, lost, lid)
         await _same_data(bk, lid, 20)
         # A later WriteClose (here: by hand) or expiry rotates it; the data never changes.
         cluster.service(lost).bookie.storage.rotate_ledger_log(lid, RotationReason.EXPIRY)
@@ -152,12 +160,12 @@ async def test_close_does_not_wait_for_write_close(cluster: LocalCluster) -> Non
         assert bk.stats.write_close_sent == 3
         assert bk.stats.write_close_ok == 0
         for bookie in bookies:
-            assert has_active_log(cluster, bookie, lid)
+            assert await has_active_log(cluster, bookie, lid)
         await connector.release()
         await bk.wait_write_closes()
         assert bk.stats.write_close_ok == 3
         for bookie in bookies:
-            assert not has_active_log(cluster, bookie, lid)
+            assert not await has_active_log(cluster, bookie, lid)
 
 
 @pytest.mark.parametrize("tail", [0, 1], ids=["empty", "re-adds"])
@@ -170,6 +178,8 @@ async def test_recovery_sends_write_close_only_after_re_adds(
     n = 5 * tail  # with entries, the last one (LAC 3 in its header) is re-added
     for i in range(n):
         await lh.add_entry(payload(lh.ledger_id, i))
+    for bookie in lh.ensemble:  # the entries in their logs, so that the fence rotates them
+        await write_out_table(cluster.service(bookie))
     handle = await bk.open_ledger(lh.ledger_id, recovery=True)
     assert handle.metadata.last_entry_id == n - 1
     await bk.wait_write_closes()
@@ -177,9 +187,9 @@ async def test_recovery_sends_write_close_only_after_re_adds(
     assert bk.stats.write_close_sent == 3 * tail
     for bookie in lh.ensemble:
         # An empty ledger has no log to rotate at the fence.
-        assert rotations(cluster, bookie, RotationReason.FENCE) == tail
-        assert rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == tail
-        assert not has_active_log(cluster, bookie, lh.ledger_id)
+        assert await rotations(cluster, bookie, RotationReason.FENCE) == tail
+        assert await rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == tail
+        assert not await has_active_log(cluster, bookie, lh.ledger_id)
 
 
 async def test_a_v2_client_sends_no_write_close(cluster: LocalCluster) -> None:
@@ -192,7 +202,7 @@ async def test_a_v2_client_sends_no_write_close(cluster: LocalCluster) -> None:
         await bk.wait_write_closes()
         assert (bk.stats.write_close_sent, bk.stats.write_close_skipped) == (0, 3)
         for bookie in bookies:
-            assert rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == 0
-            assert has_active_log(cluster, bookie, lid)
+            assert await rotations(cluster, bookie, RotationReason.WRITE_CLOSE) == 0
+            assert await has_active_log(cluster, bookie, lid)
         reader = await bk.open_ledger(lid)
         assert reader.last_add_confirmed == 19

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
+from bookiesim.cluster.testing import (
+    bookie_client,
+    bookie_config,
+    running_bookie,
+    write_out_table,
+)
 from bookiesim.entrylog.format import HEADER_SIZE, log_file_name
 from bookiesim.entrylog.logger import EntryLogger, RotationReason
 
@@ -458,6 +463,7 @@ async def test_bookie_keeps_the_pool_filled_and_removes_it_on_shutdown(tmp_path:
         for ledger in range(1, 31):  # 30 new logs: more than the pool holds
             response = await client.add(ledger, 0, b"entry %d" % ledger)
             assert response.status == 0
+        await write_out_table(svc)  # the sorted storage takes its logs at the flush
         # Refilled whenever it fell to half: it holds newer logs, at least half of its size.
         await eventually(lambda: len(logger.pooled_log_ids()) >= 4)
         pooled = set(logger.pooled_log_ids())
