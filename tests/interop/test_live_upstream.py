@@ -33,6 +33,7 @@ from tests.interop.upstream_live import (
     Root,
     Upstream,
     installation,
+    tail,
     wait_for,
 )
 
@@ -182,25 +183,25 @@ def test_upstream_directories_handed_to_bookiesim(upstream: Upstream, ours: Book
     with upstream.bookie("u1") as before:
         ledgers = [ours.write_ledger(1, 1, 1, 120) for _ in range(3)]
         ours.ledger("close", str(ledgers[0]))
-        assert before.stop() == 0
+        assert before.stop_cleanly(), tail(before.log)
     # Same bookie id, same directories: the cookies match, as upstream's own restart needs.
     with ours.bookie("b1", port=before.port, dirs=before.dirs) as after:
         for ledger in ledgers:
             assert ours.read_ids(ledger) == list(range(120))
             assert upstream.read_ledger(ledger) == list(range(120))
-        assert after.stop() == 0
+        assert after.stop_cleanly(), tail(after.log)
 
 
 def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Bookiesim) -> None:
     with ours.bookie("b1") as before:
         ledgers = [ours.write_ledger(1, 1, 1, 120) for _ in range(3)]
         ours.ledger("close", str(ledgers[0]))
-        assert before.stop() == 0
+        assert before.stop_cleanly(), tail(before.log)
     with upstream.bookie("u1", port=before.port, dirs=before.dirs) as after:
         for ledger in ledgers:
             assert upstream.read_ledger(ledger) == list(range(120))
             assert ours.read_ids(ledger) == list(range(120))
-        assert after.stop() == 0
+        assert after.stop_cleanly(), tail(after.log)
 
 
 # -- auto-recovery across implementations -------------------------------------------------------

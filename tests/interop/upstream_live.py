@@ -197,6 +197,11 @@ def wait_for(
         time.sleep(0.2)
 
 
+JVM_SIGTERM_EXIT = 128 + signal.SIGTERM
+"""A JVM's exit status after SIGTERM, when its shutdown hooks have run (upstream's bookie
+closes itself in one): 143, not 0."""
+
+
 def tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -223,6 +228,15 @@ class Bookie:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
+
+    def stop_cleanly(self, timeout: float = 60) -> bool:
+        """:meth:`stop`, and whether the bookie stopped as it should: bookiesim exits 0;
+        upstream's JVM exits :data:`JVM_SIGTERM_EXIT` once its shutdown hook has closed the
+        bookie (its log then ends with the hook's "successfully. Exiting.")."""
+        code = self.stop(timeout)
+        if self.kind != "upstream":
+            return code == 0
+        return code == JVM_SIGTERM_EXIT and "successfully. Exiting." in tail(self.log, 3)
 
 
 @dataclass
