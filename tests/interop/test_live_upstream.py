@@ -178,6 +178,18 @@ def test_mixed_ensemble(upstream: Upstream, ours: Bookiesim, v2: bool) -> None:
 # -- hand-over of a cleanly stopped bookie's directories ---------------------------------------
 
 
+def _read_after_restart(ours: Bookiesim, ledgers: list[int]) -> None:
+    """After a restart a bookie knows an open ledger's LAC only from its last entry's
+    piggybacked LAC, and a pipelined writer's entries all carry -1: upstream restarted on its
+    own directories answers a LAC of -1 for them too (checked against 4.17.4), so a reader
+    sees nothing until someone recovers the ledger, as an operator would. The closed ledger
+    reads whole at once."""
+    assert ours.read_ids(ledgers[0]) == list(range(120))
+    for ledger in ledgers[1:]:
+        ours.ledger("recover", str(ledger))
+        assert ours.read_ids(ledger) == list(range(120))
+
+
 def test_upstream_directories_handed_to_bookiesim(upstream: Upstream, ours: Bookiesim) -> None:
     upstream.init_cluster()
     with upstream.bookie("u1") as before:
@@ -186,9 +198,9 @@ def test_upstream_directories_handed_to_bookiesim(upstream: Upstream, ours: Book
         assert before.stop_cleanly(), tail(before.log)
     # Same bookie id, same directories: the cookies match, as upstream's own restart needs.
     with ours.bookie("b1", port=before.port, dirs=before.dirs) as after:
-        for ledger in ledgers:
-            assert ours.read_ids(ledger) == list(range(120))
+        for ledger in ledgers:  # readledger reads entry by entry, whatever the LAC
             assert upstream.read_ledger(ledger) == list(range(120))
+        _read_after_restart(ours, ledgers)
         assert after.stop_cleanly(), tail(after.log)
 
 
@@ -200,7 +212,7 @@ def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Book
     with upstream.bookie("u1", port=before.port, dirs=before.dirs) as after:
         for ledger in ledgers:
             assert upstream.read_ledger(ledger) == list(range(120))
-            assert ours.read_ids(ledger) == list(range(120))
+        _read_after_restart(ours, ledgers)
         assert after.stop_cleanly(), tail(after.log)
 
 
