@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bookiesim.metadata.testing import find_zookeeper, running_zookeeper
+from bookiesim.metadata.testing import find_zookeeper, free_port, running_zookeeper
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +38,7 @@ __all__ = [
     "UpstreamBookie",
     "installation",
     "java_command",
+    "tail",
     "upstream_bookie",
     "write_conf",
 ]
@@ -124,13 +125,6 @@ def write_conf(path: Path, settings: Mapping[str, object]) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=1.0):
@@ -139,7 +133,8 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _tail(path: Path, lines: int = 20) -> str:
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log, for an error message."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -196,7 +191,7 @@ def upstream_bookie(
     by ``initnewcluster``; ready when the block starts, killed on leaving if still running."""
     root.mkdir(parents=True, exist_ok=True)
     with _zookeeper_for(home, root) as hosts:
-        port = _free_port()
+        port = free_port(HOST)
         conf = write_conf(
             root / "bk_server.conf",
             {
@@ -237,7 +232,7 @@ def upstream_bookie(
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"upstream bookie did not accept connections on {HOST}:{port} "
-                        f"(exit code {proc.poll()}); log {log}:\n{_tail(log)}"
+                        f"(exit code {proc.poll()}); log {log}:\n{tail(log)}"
                     )
                 time.sleep(0.2)
             yield bookie

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from bookiesim.cluster.processes import pid_alive
 from bookiesim.dashboards.consoles import CONSOLE_FILE, render_console
+from bookiesim.metadata.testing import free_port
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -66,13 +66,6 @@ def find_prometheus() -> str | None:
     return shutil.which("prometheus")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
@@ -90,7 +83,7 @@ def start_prometheus(root: Path, config: Path) -> PrometheusServer:
     consoles.mkdir(parents=True, exist_ok=True)
     (consoles / CONSOLE_FILE).write_text(render_console())
     data = root / "prometheus-data"
-    port = _free_port()
+    port = free_port(HOST)
     url = f"http://{HOST}:{port}"
     log_path = root / "prometheus.log"
     args = [

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["ZooKeeperInstall", "ZooKeeperServer", "find_zookeeper", "running_zookeeper"]
+__all__ = [
+    "ZooKeeperInstall",
+    "ZooKeeperServer",
+    "find_zookeeper",
+    "free_port",
+    "running_zookeeper",
+]
 
 MAIN_CLASS: Final = "org.apache.zookeeper.server.ZooKeeperServerMain"
 DEBIAN_JAR: Final = Path("/usr/share/java/zookeeper.jar")
@@ -85,7 +91,9 @@ def find_zookeeper() -> ZooKeeperInstall | str:
     )
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the ZooKeeper, Prometheus and upstream bookies that
+    tests and benchmarks start bind it next)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -121,7 +129,7 @@ def running_zookeeper(
     if isinstance(install, str):
         raise RuntimeError(install)
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = port or _free_port(host)
+    port = port or free_port(host)
     log_path = data_dir / "zookeeper.log"
     # A config file rather than ``<port> <dataDir> <tickTime>`` arguments: only the file
     # can bind the client port to loopback and lift the 60-connections-per-address limit

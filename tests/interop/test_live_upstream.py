@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from bookiesim.bench.upstream import tail
 from bookiesim.client.distribution import RoundRobinDistribution
 from tests.interop.upstream_live import (
     Bookie,
@@ -33,7 +34,6 @@ from tests.interop.upstream_live import (
     Root,
     Upstream,
     installation,
-    tail,
     wait_for,
 )
 

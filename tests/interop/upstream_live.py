@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,8 +30,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from bookiesim.bench import upstream
+from bookiesim.bench.upstream import tail
 from bookiesim.metadata.ledger_paths import ledger_path
 from bookiesim.metadata.ledgers import LedgerMetadata
+from bookiesim.metadata.testing import free_port
 from bookiesim.metadata.underreplication_format import decode_mark, decode_vote, ledger_id_of_mark
 
 if TYPE_CHECKING:
@@ -58,13 +59,6 @@ at once, no periodic checks, and retry a ledger that could not be replicated aft
 def installation() -> Path | str:
     """``BOOKKEEPER_HOME`` as a usable installation, or why not (the skip reason)."""
     return upstream.installation()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -200,13 +194,6 @@ def wait_for(
 JVM_SIGTERM_EXIT = 128 + signal.SIGTERM
 """A JVM's exit status after SIGTERM, when its shutdown hooks have run (upstream's bookie
 closes itself in one): 143, not 0."""
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} unreadable)"
 
 
 @dataclass
@@ -350,7 +337,7 @@ class Upstream:
     def bookie(
         self, name: str, port: int | None = None, dirs: Path | None = None
     ) -> Iterator[Bookie]:
-        port = port or free_port()
+        port = port or free_port(HOST)
         dirs = dirs or self.work / name
         conf = self.conf(name, port, dirs)
         command = self._java("org.apache.bookkeeper.server.Main", "--conf", str(conf))
@@ -361,7 +348,7 @@ class Upstream:
     def autorecovery(self, name: str, **settings: object) -> Iterator[Process]:
         """Upstream's ``AutoRecoveryMain`` (auditor candidate and replication worker) with
         :data:`AUTORECOVERY` and ``settings``; its id is ``HOST:port`` of a free port."""
-        port = free_port()
+        port = free_port(HOST)
         conf = self.conf(name, port, self.work / name, **{**AUTORECOVERY, **settings})
         command = self._java(
             "org.apache.bookkeeper.replication.AutoRecoveryMain", "--conf", str(conf)
@@ -455,7 +442,7 @@ class Bookiesim:
     def bookie(
         self, name: str, port: int | None = None, dirs: Path | None = None
     ) -> Iterator[Bookie]:
-        port = port or free_port()
+        port = port or free_port(HOST)
         dirs = dirs or self.work / name
         settings = [
             f"bookiePort={port}",
