@@ -27,7 +27,7 @@ from bookiesim.client.errors import (
 )
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
-from bookiesim.proto.v3 import read_request
+from bookiesim.proto.v3 import WireRequest, from_message, read_request
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -205,46 +205,64 @@ class ReadOnlyLedgerHandle:
         return self._lac
 
     async def _read_lac_from_bookies(self) -> tuple[int, int | None]:
-        """Read entry -1 from every bookie of the last ensemble, until the answers cover the
-        ensemble (or all answered); returns (the highest LAC seen, in returned entries'
-        headers or as a bookie's own LAC, and the length at that entry if an answer was
-        that entry)."""
+        """Ask every bookie of the last ensemble, until the answers cover the ensemble (or
+        all answered); returns (the highest LAC found, and the length at that entry if an
+        answer was that entry).
+
+        Over v3 the question is ReadLac, as upstream's client asks it: each bookie returns
+        the explicit LAC a writer sent (WriteLac), which its index keeps across a restart,
+        and its last entry, whose header carries the LAC piggybacked on it. Over v2, which
+        has no ReadLac, it is a read of entry -1 (the last entry), as upstream's v2 client
+        asks it.
+        """
         _, ensemble = self.metadata.last_ensemble
         positive: set[int] = set()
         answered = 0
         lac = -1
         lengths: dict[int, int] = {}
         done = trio.Event()
+        v2 = self._ctx.pool.v2
+
+        def entry(body: bytes) -> None:
+            nonlocal lac
+            v = self.digest.verify(body)
+            lac = max(lac, v.lac)
+            lengths[v.entry_id] = v.length
 
         def on_outcome(position: int, outcome: Outcome) -> None:
             nonlocal answered, lac
             answered += 1
+            bookie = ensemble[position]
             if not isinstance(outcome, BKError):
-                if outcome.status == pb.EOK and outcome.readResponse.HasField("body"):
+                if outcome.status == pb.EOK:
                     try:
-                        v = self.digest.verify(outcome.readResponse.body)
+                        if v2:
+                            read = outcome.readResponse
+                            if read.HasField("body"):
+                                entry(read.body)
+                                positive.add(position)
+                        else:
+                            answer = outcome.readLacResponse
+                            if answer.lacBody:
+                                lac = max(lac, self.digest.verify_lac(answer.lacBody))
+                            if answer.lastEntryBody:
+                                entry(answer.lastEntryBody)
+                            positive.add(position)
                     except DigestMismatchError as exc:
-                        log.warning("LAC read from %s: %s", ensemble[position], exc)
-                    else:
-                        positive.add(position)
-                        lac = max(lac, v.lac)
-                        lengths[v.entry_id] = v.length
-                        if outcome.readResponse.HasField("maxLAC"):
-                            # The bookie's own LAC also counts explicit LACs (WriteLac).
-                            lac = max(lac, outcome.readResponse.maxLAC)
+                        log.warning("LAC read from %s: %s", bookie, exc)
                 elif outcome.status in _MISSING:
                     positive.add(position)
             if ensemble_covered(self.dist, positive) or answered == len(ensemble):
                 done.set()
 
+        request = read_request(self.ledger_id, -1) if v2 else self._read_lac_request()
         for position, bookie in enumerate(ensemble):
-            self._ctx.pool.submit(
-                bookie,
-                read_request(self.ledger_id, -1),
-                partial(on_outcome, position),
-            )
+            self._ctx.pool.submit(bookie, request, partial(on_outcome, position))
         await done.wait()
         return lac, lengths.get(lac)
+
+    def _read_lac_request(self) -> WireRequest:
+        return from_message(pb.Request(readLacRequest=pb.ReadLacRequest(ledgerId=self.ledger_id)))
 
 
 def _read_failure(

@@ -108,6 +108,31 @@ async def test_lac_piggyback_explicit_lac_and_reader_lac(bk: BookKeeper) -> None
     assert len(await reader.read_entries(0, 9)) == 10
 
 
+async def test_a_reader_after_a_restart_sees_the_explicit_lac_over_v3_only(
+    cluster: LocalCluster, bk_wire: BookKeeper, wire_config: ClientConfig
+) -> None:
+    """A pipelined writer's entries all carry LAC -1; only its WriteLac says 19. After every
+    bookie restarts, their own LAC comes from the last entry's header again, but the index
+    kept the explicit LAC: a v3 reader asks ReadLac, as upstream's client does, and sees
+    it; a v2 reader (no ReadLac in v2) reads the last entry and sees -1, as upstream's v2
+    client would."""
+    async with BookKeeper(cluster.store, config=TEST_CONFIG) as writer_client:
+        lh = await writer_client.create_ledger(3, 3, 2)
+        futures = [lh.append_async(b"e%d" % i) for i in range(20)]
+        assert [await f.result() for f in futures] == list(range(20))
+        assert await lh.write_lac() == 3
+    for bookie in list(cluster.running_ids()):
+        await cluster.stop_bookie(bookie)
+        await cluster.start_bookie(bookie)
+    reader = await bk_wire.open_ledger(lh.ledger_id)
+    if wire_config.use_v2_wire_protocol:
+        assert reader.last_add_confirmed < 19
+    else:
+        assert reader.last_add_confirmed == 19
+        assert reader.length == sum(len(b"e%d" % i) for i in range(20))
+        assert len(await reader.read_entries(0, 19)) == 20
+
+
 async def test_idle_writer_sends_its_lac_explicitly(cluster: LocalCluster) -> None:
     config = ClientConfig(seed=1, explicit_lac_interval=0.05)
     async with BookKeeper(cluster.store, config=config) as bk:
