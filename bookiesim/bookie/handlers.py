@@ -64,11 +64,11 @@ class RequestProcessor:
         self.metrics = bookie.metrics
 
     def throttle(self) -> Callable[[], Awaitable[None]] | None:
-        """None while connections may read on; else what they await first: the ledger
-        storage holds as many unwritten adds as it may (the sorted table at twice
-        ``skipListSizeLimit``), and reading more requests would only grow the bookie's
-        memory. Connections stop reading until a flush makes room, as upstream's blocked
-        add stops its channel."""
+        """None while adds may go on; else what a connection awaits before its next add:
+        the ledger storage holds as many unwritten adds as it may (the sorted table at
+        twice ``skipListSizeLimit``). That connection stops reading until a flush makes
+        room, as upstream's add thread blocks on the table's semaphore; reads, on other
+        connections or already read, go on, as upstream's read threads do."""
         if not self.bookie.storage.adds_must_wait:
             return None
         return self._throttled

@@ -371,7 +371,7 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         unit="waits",
         prom_unit=False,
         meaning=(
-            "Times a connection stopped reading requests because the sorted ledger storage's "
+            "Times a connection stopped reading at an add because the sorted ledger storage's "
             "table and snapshot held twice skipListSizeLimit (the flush was not keeping up)."
         ),
         upstream="`bookie_SKIP_LIST_THROTTLING` (counted per add there, per wait here)",

@@ -143,8 +143,6 @@ class BookieServer:
         respond: Respond = outgoing.send
         try:
             while True:
-                if (throttled := processor.throttle()) is not None:
-                    await throttled()
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     return
@@ -157,6 +155,10 @@ class BookieServer:
                             raise
                         await self._serve_v2(frame, exc, decoder, stream, outgoing, nursery)
                         return
+                    if (throttled := processor.throttle()) is not None and (
+                        request.header.operation == pb.ADD_ENTRY
+                    ):
+                        await throttled()
                     if processor.needs_task(request):
                         nursery.start_soon(processor.process_waiting, request, respond)
                     else:
@@ -187,13 +189,15 @@ class BookieServer:
         self.v2_connections += 1
         log.debug("connection from %s speaks v2", _peer(stream))
         while True:
+            if (throttled := self.processor.throttle()) is not None and isinstance(
+                request, v2.AddRequest
+            ):
+                await throttled()
             if processor.needs_task_v2(request):
                 nursery.start_soon(processor.process_waiting_v2, request, respond)
             else:
                 processor.process_v2(request, respond)
             while (frame := decoder.next_frame()) is NEED_DATA:
-                if (throttled := self.processor.throttle()) is not None:
-                    await throttled()
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     return

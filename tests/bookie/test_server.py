@@ -539,8 +539,9 @@ async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
     tmp_path: Path,
 ) -> None:
     """Upstream's throttle, through a connection: with the flush held, adds fill the table
-    and its snapshot to twice skipListSizeLimit, then the bookie stops reading; once the
-    flush runs, the rest come in and every add is acknowledged."""
+    and its snapshot to twice skipListSizeLimit, then the bookie stops reading that
+    connection's adds, while reads on another are answered; once the flush runs, the rest
+    come in and every add is acknowledged."""
     cfg = bookie_config(
         tmp_path,
         ledger_storage_class="SortedLedgerStorage",
@@ -570,6 +571,10 @@ async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
                     await trio.sleep(0.02)
             assert storage.adds_must_wait
             assert 16 <= len(statuses) < 64, "the bookie read on past twice the limit"
+            # Only adds wait: a reader's connection is served meanwhile, from the table.
+            async with bookie_client(svc) as reader:
+                with trio.fail_after(2):
+                    assert status(await reader.read(1, min(statuses))) == "EOK"
             release.set()
         assert statuses == dict.fromkeys(range(64), "EOK")
         assert storage.entry_ids(1) == list(range(64))
@@ -577,3 +582,47 @@ async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
         waits = re.search(r"^bookie_skip_list_throttling_total (\S+)$", body.decode(), re.M)
         assert waits is not None
         assert float(waits.group(1)) >= 1
+
+
+async def test_over_v2_too_only_adds_wait_for_a_full_sorted_table(tmp_path: Path) -> None:
+    """The same throttle for v2 connections (Pulsar's brokers speak v2): with the table
+    full and the flush held, a v2 add waits while a v2 read on another connection is
+    answered; the add is acknowledged once the flush makes room."""
+    cfg = bookie_config(
+        tmp_path,
+        ledger_storage_class="SortedLedgerStorage",
+        skip_list_size_limit=8 * 1024,
+        flush_interval=3_600_000,
+    )
+    async with running_bookie(cfg) as svc, v2_client(svc) as filler:
+        storage = svc.bookie.storage
+        release = trio.Event()
+
+        async def hold_the_flush(task_status: trio.TaskStatus[None]) -> None:
+            async with storage._flush_lock:  # type: ignore[attr-defined]
+                task_status.started()
+                await release.wait()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hold_the_flush)
+            entry_id = 0
+            while not storage.adds_must_wait:
+                assert code(await filler.add(1, entry_id, b"z" * 1024)) == "EOK"
+                entry_id += 1
+            async with v2_client(svc) as writer, v2_client(svc) as reader:
+                await writer.send(
+                    v2.AddRequest(
+                        writer.key,
+                        DigestManager(1, b"").package(entry_id, -1, 1, b"late"),
+                        0,
+                    )
+                )
+                with trio.fail_after(2):
+                    assert code(await reader.read(1, 0)) == "EOK"
+                with trio.move_on_after(0.3) as waited:
+                    await writer.receive()
+                assert waited.cancelled_caught, "the add was not held back"
+                release.set()
+                with trio.fail_after(5):
+                    assert code(await writer.receive()) == "EOK"
+        assert storage.entry_ids(1) == list(range(entry_id + 1))
