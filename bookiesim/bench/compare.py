@@ -56,7 +56,7 @@ from rich.table import Table
 from bookiesim.bench.bookie import process_cpu_seconds, run_client
 from bookiesim.bench.report import machine_info, positive_int, step_progress
 from bookiesim.bench.upstream import installation, upstream_bookie
-from bookiesim.cluster.processes import bookie_process
+from bookiesim.cluster.processes import BOOKIE_PROGRAM, bookie_process
 from bookiesim.console import make_console
 
 if TYPE_CHECKING:
@@ -104,6 +104,9 @@ class ComparePlan:
     latency_seconds: float = 25.0
     """The shortest a paced run lasts: two of upstream's 10 s checkpoints."""
     pairs: int = 3
+    open_files_limit: int | None = None
+    """``ulimit -n`` of both bookies (soft and hard, through ``prlimit``); None: this
+    process's own."""
 
 
 QUICK = ComparePlan(adds=20_000, latency_seconds=3.0, pairs=1)
@@ -265,14 +268,19 @@ def _reaped_children_cpu() -> float:
 
 
 @contextmanager
-def _bookie(kind: str, root: Path, home: Path | None) -> Iterator[tuple[int, int, Path, Any]]:
+def _bookie(
+    kind: str, root: Path, home: Path | None, open_files_limit: int | None
+) -> Iterator[tuple[int, int, Path, Any]]:
     """(port, pid, ledgers dir, stop) of a fresh bookie of ``kind`` under ``root``."""
+    # prlimit execs the bookie: the pid sampled is the bookie's.
+    limit = () if open_files_limit is None else limited(open_files_limit)
     if kind == "bookiesim":
-        with bookie_process(root, *(f"{k}={v}" for k, v in SETTINGS.items())) as ours:
+        settings = (f"{k}={v}" for k, v in SETTINGS.items())
+        with bookie_process(root, *settings, program=(*limit, *BOOKIE_PROGRAM)) as ours:
             yield ours.bookie_port, ours.proc.pid, ours.ledgers_dir, ours.stop
     else:
         assert home is not None
-        with upstream_bookie(home, root, SETTINGS) as theirs:
+        with upstream_bookie(home, root, SETTINGS, prefix=limit) as theirs:
             yield theirs.port, theirs.proc.pid, theirs.ledgers_dir, theirs.stop
 
 
@@ -285,10 +293,11 @@ def run_one(
     adds: int,
     size: int,
     rate: float | None = None,
+    open_files_limit: int | None = None,
 ) -> dict[str, Any]:
     """One bookie, one load, in a fresh ``root`` removed afterwards."""
     try:
-        with _bookie(kind, root, home) as (port, pid, ledgers_dir, stop):
+        with _bookie(kind, root, home, open_files_limit) as (port, pid, ledgers_dir, stop):
             # Sampled through the stop: its last checkpoint writes what the adds left in
             # memory (all of it, in a run shorter than flushInterval), and holds descriptors.
             with Sampler(pid) as sampler:
@@ -333,6 +342,7 @@ def run_pairs(
                     pair.setdefault(key, {})[kind] = run_one(
                         kind, Path(tmp, f"{n}-{key}-{kind}"), home,
                         ledgers=ledgers, adds=plan.adds, size=plan.size,
+                        open_files_limit=plan.open_files_limit,
                     )  # fmt: skip
             peaks = [
                 float(run["adds_per_second"])
@@ -346,9 +356,16 @@ def run_pairs(
                 pair.setdefault(FIXED, {})[kind] = run_one(
                     kind, Path(tmp, f"{n}-{FIXED}-{kind}"), home,
                     ledgers=plan.ledgers[0], adds=adds, size=plan.size, rate=rate,
+                    open_files_limit=plan.open_files_limit,
                 )  # fmt: skip
             pairs.append(pair)
     return pairs
+
+
+def limited(open_files: int) -> tuple[str, ...]:
+    """A command prefix that runs the rest under ``ulimit -n open_files``, hard limit too:
+    a bookie raises its soft limit to the hard one at start, as the JVM does."""
+    return ("prlimit", f"--nofile={open_files}:{open_files}", "--")
 
 
 # -- figures and ratios ----------------------------------------------------------------------
@@ -461,6 +478,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--size", type=positive_int, help="entry payload bytes (1024)")
     parser.add_argument("--latency-seconds", type=float, help="the shortest a paced run lasts (25)")
     parser.add_argument("--pairs", type=positive_int, help="alternating pairs of runs (3)")
+    parser.add_argument(
+        "--open-files-limit",
+        type=positive_int,
+        metavar="N",
+        help="run both bookies under `ulimit -n N` (soft and hard; default: this shell's)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.set_defaults(func=_main)
 
@@ -469,7 +492,7 @@ def plan_of(args: argparse.Namespace) -> ComparePlan:
     base = QUICK if args.quick else ComparePlan()
     given = {
         name: getattr(args, name)
-        for name in ("adds", "ledgers", "size", "latency_seconds", "pairs")
+        for name in ("adds", "ledgers", "size", "latency_seconds", "pairs", "open_files_limit")
         if getattr(args, name) is not None
     }
     return dataclasses.replace(base, **given)
@@ -480,7 +503,8 @@ def command_of(args: argparse.Namespace) -> str:
     argv = ["bookiesim", "bench", "compare"]
     if args.quick:
         argv.append("--quick")
-    for name in ("bookkeeper_home", "dir", "adds", "size", "latency_seconds", "pairs"):
+    names = ("bookkeeper_home", "dir", "adds", "size", "latency_seconds", "pairs")
+    for name in (*names, "open_files_limit"):
         if (value := getattr(args, name)) is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
     if args.ledgers is not None:

@@ -184,11 +184,12 @@ class UpstreamBookie:
 
 @contextmanager
 def upstream_bookie(
-    home: Path, root: Path, settings: Mapping[str, object]
+    home: Path, root: Path, settings: Mapping[str, object], *, prefix: Sequence[str] = ()
 ) -> Iterator[UpstreamBookie]:
     """Upstream's bookie with its journal and ledger dirs under ``root`` (same disk),
     ``settings`` (upstream keys) over the local ones, its own ZooKeeper and a root formatted
-    by ``initnewcluster``; ready when the block starts, killed on leaving if still running."""
+    by ``initnewcluster``; ready when the block starts, killed on leaving if still running.
+    ``prefix`` goes before the java command (one that execs it, so the pid is the JVM's)."""
     root.mkdir(parents=True, exist_ok=True)
     with _zookeeper_for(home, root) as hosts:
         port = free_port(HOST)
@@ -217,9 +218,17 @@ def upstream_bookie(
                 f"upstream initnewcluster failed ({done.returncode}):\n"
                 f"{(done.stdout + done.stderr)[-3000:]}"
             )
-        command = java_command(
-            home, root, BOOKIE_JAVA_OPTS, "org.apache.bookkeeper.server.Main", "--conf", str(conf)
-        )
+        command = [
+            *prefix,
+            *java_command(
+                home,
+                root,
+                BOOKIE_JAVA_OPTS,
+                "org.apache.bookkeeper.server.Main",
+                "--conf",
+                str(conf),
+            ),
+        ]
         log = root / "bookie.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(

@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bookiesim.bench.bookie import run_client
 from bookiesim.bench.compare import (
     FIXED,
     ComparePlan,
+    _bookie,
+    command_of,
     figures_of,
+    plan_of,
     summarize,
     workload_keys,
 )
 from bookiesim.bench.upstream import installation
-from bookiesim.cli.main import main
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from bookiesim.cli.main import build_parser, main
 
 QUICK_ARGS = ["bench", "compare", "--quick", "--adds", "2000", "--latency-seconds", "1"]
 
@@ -160,3 +162,26 @@ def test_live_quick_pair_against_upstream(
         for figure in figures_of(key):
             assert report["ratios"][key][figure]["median"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_open_files_limit_is_the_bookies_hard_and_soft_limit(tmp_path: Path) -> None:
+    """``--open-files-limit N`` runs each bookie as under ``ulimit -n N``: the limit the
+    process has (both soft and hard, or a bookie would raise its soft limit past it) is N,
+    and bookiesim serves within it."""
+    with _bookie("bookiesim", tmp_path / "b", None, 300) as (port, pid, _, stop):
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
+        assert line.split()[3:5] == ["300", "300"]
+        result = run_client(port, pid, ledgers=10, adds=500, size=100, rate=None)
+        assert (result["adds"], result["errors"]) == (500, 0)
+        stop(timeout=60)
+
+
+def test_the_command_line_repeats_the_open_files_limit() -> None:
+    args = build_parser().parse_args(
+        ["bench", "compare", "--ledgers", "10000", "--open-files-limit", "1024"]
+    )
+    assert plan_of(args).open_files_limit == 1024
+    assert command_of(args) == (
+        "bookiesim bench compare --open-files-limit 1024 --ledgers 10000 --json"
+    )
