@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from bookiesim.bookie.config import BookieConfig
+    from bookiesim.bookie.ledger_storage import LedgerStorage
     from bookiesim.bookie.process import BookieService
 
 KEY_OTHER = b"\x01" * 20
@@ -535,6 +537,25 @@ async def test_v3_and_v2_on_one_port_and_bad_v2_frames_close_only_their_connecti
         assert status(await v3.read(1, 1)) == "EOK"
 
 
+def _tiny_sorted_table(tmp_path: Path) -> BookieConfig:
+    """Sorted storage whose table is full at 16 KiB and flushed only at its limit."""
+    return bookie_config(
+        tmp_path,
+        ledger_storage_class="SortedLedgerStorage",
+        skip_list_size_limit=8 * 1024,
+        flush_interval=3_600_000,
+    )
+
+
+async def _hold_the_flush(
+    storage: LedgerStorage, release: trio.Event, task_status: trio.TaskStatus[None]
+) -> None:
+    """No flush makes room until ``release`` is set."""
+    async with storage._flush_lock:  # type: ignore[attr-defined]
+        task_status.started()
+        await release.wait()
+
+
 async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
     tmp_path: Path,
 ) -> None:
@@ -542,20 +563,10 @@ async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
     and its snapshot to twice skipListSizeLimit, then the bookie stops reading that
     connection's adds, while reads on another are answered; once the flush runs, the rest
     come in and every add is acknowledged."""
-    cfg = bookie_config(
-        tmp_path,
-        ledger_storage_class="SortedLedgerStorage",
-        skip_list_size_limit=8 * 1024,
-        flush_interval=3_600_000,
-    )
+    cfg = _tiny_sorted_table(tmp_path)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
         storage = svc.bookie.storage
         release = trio.Event()
-
-        async def hold_the_flush(task_status: trio.TaskStatus[None]) -> None:
-            async with storage._flush_lock:  # type: ignore[attr-defined]
-                task_status.started()
-                await release.wait()
 
         statuses: dict[int, str] = {}
 
@@ -563,7 +574,7 @@ async def test_a_full_sorted_table_stops_reading_adds_until_a_flush_makes_room(
             statuses[entry_id] = status(await c.add(1, entry_id, b"z" * 1024))
 
         async with trio.open_nursery() as nursery:
-            await nursery.start(hold_the_flush)
+            await nursery.start(_hold_the_flush, storage, release)
             for entry_id in range(64):  # 64 KiB: four times the limit
                 nursery.start_soon(add, entry_id)
             with trio.move_on_after(1.0):
@@ -588,23 +599,13 @@ async def test_over_v2_too_only_adds_wait_for_a_full_sorted_table(tmp_path: Path
     """The same throttle for v2 connections (Pulsar's brokers speak v2): with the table
     full and the flush held, a v2 add waits while a v2 read on another connection is
     answered; the add is acknowledged once the flush makes room."""
-    cfg = bookie_config(
-        tmp_path,
-        ledger_storage_class="SortedLedgerStorage",
-        skip_list_size_limit=8 * 1024,
-        flush_interval=3_600_000,
-    )
+    cfg = _tiny_sorted_table(tmp_path)
     async with running_bookie(cfg) as svc, v2_client(svc) as filler:
         storage = svc.bookie.storage
         release = trio.Event()
 
-        async def hold_the_flush(task_status: trio.TaskStatus[None]) -> None:
-            async with storage._flush_lock:  # type: ignore[attr-defined]
-                task_status.started()
-                await release.wait()
-
         async with trio.open_nursery() as nursery:
-            await nursery.start(hold_the_flush)
+            await nursery.start(_hold_the_flush, storage, release)
             entry_id = 0
             while not storage.adds_must_wait:
                 assert code(await filler.add(1, entry_id, b"z" * 1024)) == "EOK"
