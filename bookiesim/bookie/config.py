@@ -70,13 +70,10 @@ _UPSTREAM_LEDGER_DIR: Final = Path("/tmp/bk-data")
 # Upstream's ledger storage classes bookiesim has (ledgerStorageClass), and their short names.
 SORTED_LEDGER_STORAGE: Final = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
 INTERLEAVED_LEDGER_STORAGE: Final = "org.apache.bookkeeper.bookie.InterleavedLedgerStorage"
+LEDGER_STORAGE_NAMES: Final = ("InterleavedLedgerStorage", "SortedLedgerStorage")
+"""The short names, as ``effective_ledger_storage`` gives them (and tests run with each)."""
 _LEDGER_STORAGE_CLASSES: Final = frozenset(
-    {
-        SORTED_LEDGER_STORAGE,
-        INTERLEAVED_LEDGER_STORAGE,
-        "SortedLedgerStorage",
-        "InterleavedLedgerStorage",
-    }
+    {SORTED_LEDGER_STORAGE, INTERLEAVED_LEDGER_STORAGE, *LEDGER_STORAGE_NAMES}
 )
 
 # Sections, in the order the documentation lists them.

@@ -42,10 +42,6 @@ def bookie_config(root: Path, **overrides: object) -> BookieConfig:
     return base.replace(**overrides) if overrides else base
 
 
-LEDGER_STORAGES = ("InterleavedLedgerStorage", "SortedLedgerStorage")
-"""The ``ledgerStorageClass`` values, for tests that run with each."""
-
-
 async def write_out_table(service: BookieService) -> None:
     """Write the sorted storage's table to the entry logs now, as its flush at
     ``skipListSizeLimit`` would; nothing to do for the interleaved storage, whose adds are in

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 import trio.testing
 
+from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.sim.actors import ClientActor, Writer, WriterSettings
@@ -69,7 +70,7 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
 
 BY_SEED = "by-seed"
 """:attr:`SimSettings.ledger_storage`'s default: the storage class follows the seed."""
-LEDGER_STORAGES = (BY_SEED, "SortedLedgerStorage", "InterleavedLedgerStorage")
+LEDGER_STORAGES = (BY_SEED, *LEDGER_STORAGE_NAMES)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import pytest
 import trio
 import trio.testing
 
+from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
 from bookiesim.bookie.sorted_storage import SortedLedgerStorage
 from bookiesim.cluster.testing import (
-    LEDGER_STORAGES,
     bookie_client,
     bookie_config,
     running_bookie,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_write_close_rotates_and_next_checkpoint_advances_pointer(
     tmp_path: Path, storage: str
 ) -> None:
@@ -85,7 +85,7 @@ def status_ok(response: pb.Response) -> bool:
     return response.status == pb.EOK
 
 
-@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_idle_bookie_rotates_expired_logs(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, storage: str
 ) -> None:
@@ -141,7 +141,7 @@ async def test_metrics_show_rotations_and_pointer(tmp_path: Path) -> None:
         assert 'bookie_requests_total{operation="add_entry",status="EOK"} 1.0' in text
 
 
-@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_write_close_for_replication_rotates_with_reason_replication(
     tmp_path: Path, storage: str
 ) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
+from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
 from bookiesim.bookie.cookie_check import CookieError, stamp_cookies
 from bookiesim.bookie.journal import read_last_mark
 from bookiesim.bookie.process import BookieService
@@ -21,7 +22,6 @@ from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager
 from bookiesim.cluster.processes import bookie_process
 from bookiesim.cluster.testing import (
-    LEDGER_STORAGES,
     BookieTestClient,
     bookie_client,
     bookie_config,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 KEY_OTHER = b"\x02" * 20
 
 
-@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_checkpointed_entries_survive_losing_the_journal(
     tmp_path: Path, storage: str
 ) -> None:

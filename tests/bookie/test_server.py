@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
 from bookiesim.bookie.handlers import decode_availability, encode_availability
 from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager, master_key
 from bookiesim.cluster.testing import (
-    LEDGER_STORAGES,
     BookieTestClient,
     bookie_client,
     bookie_config,
@@ -87,7 +87,7 @@ async def test_master_key_mismatch_is_eua(tmp_path: Path) -> None:
         assert status(await c.read(1, 1)) == "ENOENTRY", "a rejected add must store nothing"
 
 
-@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_fencing(tmp_path: Path, storage: str) -> None:
     cfg = bookie_config(tmp_path, ledger_storage_class=storage)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
@@ -280,7 +280,7 @@ async def test_auth_is_disabled_plugin(tmp_path: Path) -> None:
         assert r.authResponse.authPluginName == "AuthDisabledPlugin"
 
 
-@pytest.mark.parametrize("storage", LEDGER_STORAGES)
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_write_close(tmp_path: Path, storage: str) -> None:
     cfg = bookie_config(tmp_path, ledger_storage_class=storage)
     async with running_bookie(cfg) as svc, bookie_client(svc) as c:
