@@ -68,7 +68,7 @@ async def test_write_close_of_a_ledger_in_the_sorted_table_seals_its_log_after_t
         logger = storage.entry_logger
         for entry_id in range(3):
             await c.add(1, entry_id, b"y" * 100, lac=entry_id - 1)
-        assert status_ok(await c.write_close(1))
+        assert (await c.write_close(1)).status == pb.EOK
         assert storage.pending_rotations == {1: RotationReason.WRITE_CLOSE}
         assert logger.active_logs() == {}, "nothing written before the flush"
         await svc.bookie.checkpoint()
@@ -79,10 +79,6 @@ async def test_write_close_of_a_ledger_in_the_sorted_table_seals_its_log_after_t
         for entry_id in range(3):
             r = await c.read(1, entry_id)
             assert r.readResponse.body.endswith(b"y" * 100)
-
-
-def status_ok(response: pb.Response) -> bool:
-    return response.status == pb.EOK
 
 
 @pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
