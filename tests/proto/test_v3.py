@@ -33,6 +33,13 @@ def test_add_response_matches_protobuf(
     assert encode_add_response(txn_id, status, ledger_id, entry_id) == expected
 
 
+@given(INT64)
+def test_varint_matches_protobuf(value: int) -> None:
+    # AddResponse.ledgerId is field 2, an int64: tag 0x10, then the value's varint.
+    encoded = pb.AddResponse(ledgerId=value).SerializePartialToString()
+    assert b"\x10" + varint(value) == encoded
+
+
 def test_varint_examples() -> None:
     assert varint(0) == b"\x00"
     assert varint(300) == b"\xac\x02"
