@@ -9,14 +9,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bookiesim.bench import bookie, cluster, compare, pipeline, recovery, seek, sim, storage
+from bookiesim.bench import (
+    bookie,
+    cluster,
+    compare,
+    handoff,
+    pipeline,
+    recovery,
+    seek,
+    sim,
+    storage,
+)
 
 if TYPE_CHECKING:
     import argparse
 
 __all__ = ["BENCHMARKS", "register"]
 
-BENCHMARKS = (storage, bookie, cluster, recovery, pipeline, seek, sim, compare)
+BENCHMARKS = (storage, bookie, cluster, recovery, pipeline, seek, sim, compare, handoff)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
