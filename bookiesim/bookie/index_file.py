@@ -32,7 +32,7 @@ from bookiesim.bookie.index_format import (
 from bookiesim.entrylog.writeback import fsync_directory
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
     "WRITE_STEP_FILE_COST",
@@ -262,6 +262,27 @@ class IndexFile:
         self._dirty[entry_id] = location
         if entry_id > self._dirty_max:
             self._dirty_max = entry_id
+
+    def set_locations(self, entry_ids: Sequence[int], locations: Sequence[int]) -> None:
+        """:meth:`set_location` of each pair in turn, checked by the extremes and stored by
+        one dict update: a flush of the sorted storage indexes a ledger's run at once."""
+        if len(entry_ids) != len(locations):
+            raise ValueError(
+                f"ledger {self.ledger_id}: {len(entry_ids)} entry ids for "
+                f"{len(locations)} locations"
+            )
+        if not entry_ids:
+            return
+        if min(entry_ids) < 0 or min(locations) <= 0 or max(locations) > MAX_LOCATION:
+            raise ValueError(
+                f"ledger {self.ledger_id}: entries {min(entry_ids)}..{max(entry_ids)} "
+                f"locations {min(locations)}..{max(locations)}: entry ids are >= 0 and "
+                "locations in 1..2**63-1 (0 means no entry)"
+            )
+        self._dirty.update(zip(entry_ids, locations, strict=True))
+        top = max(entry_ids)
+        if top > self._dirty_max:
+            self._dirty_max = top
 
     def get_location(self, entry_id: int) -> int:
         """The location of ``entry_id``, or 0 if the index has none."""

@@ -2,11 +2,12 @@
 upstream's ``BKLE`` files (:mod:`~bookiesim.bookie.index_format`, reference §2.8).
 
 Theory of operation. The bookie calls :meth:`LedgerIndex.set_location` on its add path, once
-per entry, so that call is a dict assignment and nothing else: locations and header changes
-stay in memory ("dirty") until :meth:`LedgerIndex.flush`, which writes each ledger's dirty
-locations as one ``pwrite`` per run of consecutive entry ids; :meth:`LedgerIndex.fsync` then
-makes them durable. (The journal covers what is not flushed yet: the checkpoint flushes and
-fsyncs the index before the journal mark moves.)
+per entry, so that call is a dict assignment and nothing else (the sorted storage's flush
+calls :meth:`LedgerIndex.set_locations` once per run of a ledger's entries: one dict update).
+Locations and header changes stay in memory ("dirty") until :meth:`LedgerIndex.flush`,
+which writes each ledger's dirty locations as one ``pwrite`` per run of consecutive entry
+ids; :meth:`LedgerIndex.fsync` then makes them durable. (The journal covers what is not
+flushed yet: the checkpoint flushes and fsyncs the index before the journal mark moves.)
 
 A bookie may hold far more ledgers than it may hold open files, so the index keeps at most
 ``max_open_files`` descriptors open, closing the least recently used one to open another
@@ -63,7 +64,7 @@ from bookiesim.bookie.index_format import (
 from bookiesim.entrylog.writeback import fsync_directory
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterable, Iterator
+    from collections.abc import Generator, Iterable, Iterator, Sequence
 
 __all__ = ["DEFAULT_MAX_OPEN_FILES", "LedgerIndex"]
 
@@ -237,6 +238,17 @@ class LedgerIndex:
             index_file = self._get(ledger_id)
         self._touched.add(ledger_id)
         index_file.set_location(entry_id, location)
+
+    def set_locations(
+        self, ledger_id: int, entry_ids: Sequence[int], locations: Sequence[int]
+    ) -> None:
+        """:meth:`set_location` of each pair in turn, in one call (a flush of the sorted
+        storage indexes a ledger's run at once)."""
+        index_file = self._files.get(ledger_id)
+        if index_file is None:
+            index_file = self._get(ledger_id)
+        self._touched.add(ledger_id)
+        index_file.set_locations(entry_ids, locations)
 
     def get_location(self, ledger_id: int, entry_id: int) -> int:
         """The entry's location, or 0 if the ledger has no such entry."""

@@ -6,11 +6,11 @@ Adds land in the *active* table; nothing is written to an entry log on the add p
 the table holds ``skipListSizeLimit`` bytes of entry bodies, or when a checkpoint comes, the
 owner calls :meth:`EntryMemTable.snapshot`: the active table becomes the *snapshot*, a
 fresh active table takes the adds that follow, and the owner writes the snapshot to the
-entry logger in (ledger, entry) order (:meth:`EntryMemTable.snapshot_items`), so that every
-ledger's entries go out contiguously and each ledger's log is touched once per flush,
-however many ledgers interleave their adds. Once the snapshot is written,
-:meth:`EntryMemTable.clear_snapshot` lets it go. There is at most one snapshot: a second
-one waits until the first is written (upstream's rule too).
+entry logger in (ledger, entry) order, a ledger's entries as one run
+(:meth:`EntryMemTable.snapshot_run`), so that every ledger's entries go out contiguously and
+each ledger's log is touched once per flush, however many ledgers interleave their adds.
+Once the snapshot is written, :meth:`EntryMemTable.clear_snapshot` lets it go. There is at
+most one snapshot: a second one waits until the first is written (upstream's rule too).
 
 Reads look in the active table, then in the snapshot, then (the caller) in the index: an
 entry is always in at least one of them, since the snapshot is dropped only after the
@@ -32,10 +32,7 @@ Nothing here does I/O or knows trio: :mod:`bookiesim.bookie.sorted_storage` driv
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+from typing import Final
 
 __all__ = ["DEFAULT_SKIP_LIST_SIZE_LIMIT", "EntryMemTable", "LedgerEntries"]
 
@@ -166,15 +163,19 @@ class EntryMemTable:
         """The snapshot's ledgers, ascending: the order of a flush."""
         return sorted(self._snapshot)
 
-    def snapshot_items(self, ledger_id: int) -> Iterator[tuple[int, bytes]]:
-        """The snapshot's (entry id, body) of one ledger, ascending by entry id; nothing if
-        the ledger left the snapshot (it was deleted)."""
+    def snapshot_run(self, ledger_id: int) -> tuple[list[int], list[bytes]]:
+        """The snapshot's entry ids of one ledger, ascending, and their bodies in that order;
+        two empty lists if the ledger left the snapshot (it was deleted).
+
+        Two lists rather than (id, body) pairs: the flush hands the bodies to the entry
+        logger and the ids to the index a run at a time, and both lists are made in C.
+        """
         ledger = self._snapshot.get(ledger_id)
         if ledger is None:
-            return
+            return [], []
         bodies = ledger.bodies
-        for entry_id in sorted(bodies):
-            yield entry_id, bodies[entry_id]
+        entry_ids = sorted(bodies)
+        return entry_ids, list(map(bodies.__getitem__, entry_ids))
 
     def release_ledger(self, ledger_id: int) -> None:
         """The snapshot's entries of this ledger are in the index now: let them go (a flush

@@ -15,13 +15,15 @@ Everything here runs on the owner thread.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections import OrderedDict
+from itertools import accumulate
 from typing import TYPE_CHECKING, Protocol
 
 from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationReason
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from bookiesim.entrylog.log_files import LogFiles
     from bookiesim.entrylog.writer import EntryLogWriter
@@ -41,6 +43,11 @@ class EntryLogManager(Protocol):
 
     def add_entry(self, ledger_id: int, body: bytes) -> int:
         """Append ``body`` (whose first 8 bytes are ``ledger_id``); return its location."""
+        ...
+
+    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+        """:meth:`add_entry` of each body in turn, with the same rotations, a stretch of the
+        run per log; their locations."""
         ...
 
     def create_new_log(self, ledger_id: int) -> EntryLogWriter:
@@ -80,6 +87,70 @@ class EntryLogManager(Protocol):
         ...
 
     def _check(self) -> None: ...
+
+
+class _RunCutter:
+    """Cuts a run of entries into stretches that each fit the log they go to.
+
+    :meth:`RotationPolicy.on_add` for a whole stretch at once: the bodies from ``start`` fit
+    a log with ``room`` bytes left (:meth:`RotationPolicy.room`) while their records'
+    cumulative size is at most ``room``, so the stretch ends where a bisection of the
+    cumulative sizes says. Those are made only for a run that does not fit whole (a flush's
+    run mostly does); until then one sum does.
+    """
+
+    __slots__ = ("_bodies", "_ends", "_total")
+
+    def __init__(self, bodies: Sequence[bytes]) -> None:
+        self._bodies = bodies
+        self._total = sum(map(len, bodies)) + 4 * len(bodies)
+        self._ends: list[int] | None = None
+
+    def fitting(self, start: int, room: int) -> int:
+        """The end of the longest stretch from ``start`` that fits; ``start`` if none does."""
+        ends = self._ends
+        if ends is None:  # still at the run's start
+            if self._total <= room:
+                return len(self._bodies)
+            ends = self._ends = list(accumulate([len(b) + 4 for b in self._bodies]))
+        return bisect_right(ends, room + (ends[start - 1] if start else 0), start)
+
+
+def _write_run(
+    ledger_id: int,
+    bodies: Sequence[bytes],
+    writer: EntryLogWriter | None,
+    *,
+    policy: RotationPolicy,
+    new_log: Callable[[], EntryLogWriter],
+    write_failed: Callable[[], None],
+) -> list[int]:
+    """Both managers' :meth:`~EntryLogManager.add_entries`: each stretch that fits
+    ``writer`` (the ledger's log, None without one) goes in one
+    :meth:`~EntryLogWriter.append_run`; where the next body would pass the limit,
+    ``new_log()`` rolls or installs a log, which takes at least that body whatever its size
+    (as :meth:`~EntryLogManager.add_entry` does). An ``OSError`` calls ``write_failed()``
+    (the BP-32 rotation) and propagates.
+
+    The bodies are checked by the writer, a stretch at a time (checking them here too cost
+    as much again: reading each body's first bytes is a cache miss), so a ``ValueError``
+    leaves the stretches before the bad body's written and nothing of its own."""
+    cutter = _RunCutter(bodies)
+    room = policy.room
+    locations: list[int] = []
+    start = 0
+    while start < len(bodies):
+        stop = start if writer is None else cutter.fitting(start, room(writer.position))
+        if writer is None or stop == start:  # no log yet, or the next body would pass
+            writer = new_log()
+            stop = max(start + 1, cutter.fitting(start, room(writer.position)))
+        try:
+            locations += writer.append_run(ledger_id, bodies[start:stop])
+        except OSError:
+            write_failed()
+            raise
+        start = stop
+    return locations
 
 
 class _ActiveLog:
@@ -157,6 +228,36 @@ class EntryLogManagerForEntryLogPerLedger:
         except OSError:
             self._rotate(ledger_id, self._policy.on_write_error())
             raise
+
+    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+        """:meth:`add_entry` of each body in turn, a stretch per log rather than a call per
+        entry (the sorted storage's flush): the same rolls, evictions and write-error
+        rotation, with the clock read (and lazy expiry run) once for the run."""
+        if not bodies:
+            return []
+        now = self._clock()
+        if self._lazy_expiry:
+            self._expire(now)
+        slot = self._slots.get(ledger_id)
+        if slot is not None:
+            self._slots.move_to_end(ledger_id)
+            slot.last_write = now
+
+        def new_log() -> EntryLogWriter:
+            return self._install(ledger_id, self._slots.get(ledger_id), now).writer
+
+        def write_failed() -> None:
+            self._rotate(ledger_id, self._policy.on_write_error())
+
+        writer = None if slot is None else slot.writer
+        return _write_run(
+            ledger_id,
+            bodies,
+            writer,
+            policy=self._policy,
+            new_log=new_log,
+            write_failed=write_failed,
+        )
 
     def _install(self, ledger_id: int, slot: _ActiveLog | None, now: float) -> _ActiveLog:
         if slot is not None:
@@ -288,6 +389,22 @@ class EntryLogManagerForSingleEntryLog:
         except OSError:
             self._rotate_current(self._policy.on_write_error())
             raise
+
+    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+        """:meth:`add_entry` of each body in turn, a stretch per log rather than a call per
+        entry: the same rolls and write-error rotation."""
+
+        def write_failed() -> None:
+            self._rotate_current(self._policy.on_write_error())
+
+        return _write_run(
+            ledger_id,
+            bodies,
+            self._current,
+            policy=self._policy,
+            new_log=self._roll,
+            write_failed=write_failed,
+        )
 
     def _roll(self) -> EntryLogWriter:
         if self._current is not None:

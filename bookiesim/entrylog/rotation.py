@@ -88,6 +88,13 @@ class RotationPolicy:
         limit (upstream's ``position + size + 4 > logSizeLimit``: 4 for the length)."""
         return RotationReason.SIZE if position + body_size + 4 > self.log_size_limit else None
 
+    def room(self, position: int) -> int:
+        """Bytes of records (each a body and its 4-byte size) a log at ``position`` still
+        takes: :meth:`on_add` says SIZE for an ``n``-byte body exactly when ``n + 4 >
+        room(position)``. For a run of entries, which fits while its records' cumulative
+        size is at most this (the sorted storage's flush writes runs)."""
+        return self.log_size_limit - position
+
     def on_new_ledger(self, active_logs: int) -> RotationReason | None:
         """MAX_ACTIVE if a ledger needing a log must evict another's first (per-ledger)."""
         if self.per_ledger and active_logs >= self.max_active_logs:

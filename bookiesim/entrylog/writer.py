@@ -8,9 +8,11 @@ each time it fills, on :meth:`EntryLogWriter.flush` and before sealing — upstr
 the buffer, as upstream: a freshly created log is a 0-byte file until its first flush.
 
 The per-entry path is deliberately small (a copy into the buffer, a dict update, a few
-comparisons): the bookie's add path pays it for every entry. A writer belongs to one thread
-(one trio task at a time); only :meth:`EntryLogWriter.sync_flushed` may run elsewhere, so
-that fsyncs can go to a worker thread.
+comparisons): the bookie's add path pays it for every entry. A caller with many entries of
+one ledger at once (the sorted storage's flush) appends them as a run
+(:meth:`EntryLogWriter.append_run`), which does that work once per run, in C loops. A writer
+belongs to one thread (one trio task at a time); only :meth:`EntryLogWriter.sync_flushed`
+may run elsewhere, so that fsyncs can go to a worker thread.
 
 Write errors: an ``OSError`` from a write leaves the file holding every earlier entry (in the
 file or still in the buffer, where reads find it) and possibly a torn start of the entry being
@@ -23,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+from itertools import accumulate, repeat
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING
@@ -39,7 +42,7 @@ from bookiesim.entrylog.format import (
 from bookiesim.entrylog.writeback import start_writeback
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter"]
 
@@ -50,12 +53,45 @@ _PAGE = 4096
 _SIZE = struct.Struct(">i").pack
 _PUT_SIZE = struct.Struct(">i").pack_into
 _LEDGER_ID = struct.Struct(">q").unpack_from
+_LEDGER_PREFIX = struct.Struct(">q").pack
 _NEW_HEADER = LogHeader()
 _NEW_HEADER_BYTES = _NEW_HEADER.encode()
 
 
 class EntryLogFullError(Exception):
     """The entry would push the log past ``MAX_LOG_SIZE``; the caller must roll the log."""
+
+
+def _run_sizes(ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+    """The sizes of a run of ``ledger_id``'s entry bodies, once the run is checked as
+    :meth:`EntryLogWriter.append` checks one body: ``ValueError`` for a negative ledger id,
+    a body shorter than 16 bytes, or one whose first 8 bytes name another ledger (a log of
+    one ledger must never hold another's entry).
+
+    Checked in C loops (``map``), tens of nanoseconds per body: the sorted storage's flush
+    writes whole runs so as not to pay Python's per-entry overhead.
+    """
+    if ledger_id < 0:
+        raise ValueError(f"entry has negative ledger id {ledger_id}")
+    try:
+        prefix = _LEDGER_PREFIX(ledger_id)
+    except struct.error:
+        raise ValueError(f"ledger id {ledger_id} does not fit a long") from None
+    sizes = list(map(len, bodies))
+    if sizes and min(sizes) < MIN_SANE_ENTRY_SIZE:
+        n = min(sizes)
+        raise ValueError(f"entry of {n} bytes is shorter than {MIN_SANE_ENTRY_SIZE}")
+    try:
+        same_ledger = all(map(bytes.startswith, bodies, repeat(prefix)))
+    except TypeError:  # a bytearray or memoryview body, which append() takes too
+        same_ledger = all(bytes(b[:8]) == prefix for b in bodies)
+    if not same_ledger:
+        other = next(b for b in bodies if bytes(b[:8]) != prefix)
+        raise ValueError(
+            f"entry of ledger {_LEDGER_ID(other)[0]} in a run of ledger {ledger_id}: a log "
+            "must never hold two ledgers"
+        )
+    return sizes
 
 
 class EntryLogWriter:
@@ -288,6 +324,46 @@ class EntryLogWriter:
         if self._unpersisted_bound > 0 and pos + n - self._persisted >= self._unpersisted_bound:
             self.fsync()
         return (self._log_id << 32) | pos
+
+    def append_run(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+        """Append ``ledger_id``'s entries in order; return their locations.
+
+        The same bytes, locations and errors as :meth:`append` of each body in turn (bodies
+        are checked by :func:`_run_sizes`), in one pass instead of a Python call per entry:
+        one ledgers-map update, one ``join`` of the records copied into the buffer. Checked
+        before anything is written, so an error leaves the log as it was; that includes
+        ``EntryLogFullError`` if the run's end would pass ``MAX_LOG_SIZE`` (where
+        :meth:`append` would have written the entries before the one that passes). With
+        ``unpersisted_bytes_bound`` the fsync comes once, after the run.
+        """
+        if self._sealed or self._closed or self._failed:
+            raise ValueError(f"{self!r} does not accept entries")
+        sizes = _run_sizes(ledger_id, bodies)
+        if not sizes:
+            return []
+        start = self._file_pos + self._fill
+        base = self._log_id << 32
+        # Each body starts 4 bytes (its size) into its record; the last value is the end + 4.
+        locations = list(accumulate([n + 4 for n in sizes], initial=base + start + 4))
+        end = locations.pop() - base - 4
+        if end > MAX_LOG_SIZE:  # so every pos < 2**31: base + pos is base | pos
+            raise EntryLogFullError(
+                f"{self._fspath}: {len(sizes)} entries ({end - start} bytes) at {start} "
+                f"would pass {MAX_LOG_SIZE} bytes"
+            )
+        ledgers = self._ledgers
+        ledgers[ledger_id] = ledgers.get(ledger_id, 0) + end - start
+        records: list[bytes] = [b""] * (2 * len(sizes))
+        records[::2] = map(_SIZE, sizes)
+        records[1::2] = bodies
+        try:
+            self._copy_in(b"".join(records))
+        except OSError as e:
+            self._failed = e
+            raise
+        if self._unpersisted_bound > 0 and end - self._persisted >= self._unpersisted_bound:
+            self.fsync()
+        return locations
 
     # Why a fixed buffer written whole: measured here (2 cores, 64 KiB entries), writing
     # full 64 KiB buffers at page-aligned offsets costs ~15 us per entry against ~13.5 us

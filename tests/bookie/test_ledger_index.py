@@ -561,6 +561,62 @@ def test_bad_arguments(tmp_path: Path) -> None:
     index._check()
 
 
+@settings(max_examples=50)
+@given(
+    pairs=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=3000), locations), min_size=0, max_size=60
+    ),
+    before=st.lists(st.tuples(st.integers(min_value=0, max_value=3000), locations), max_size=5),
+)
+def test_set_locations_equals_repeated_set_location(
+    pairs: list[tuple[int, int]], before: list[tuple[int, int]]
+) -> None:
+    # A sorted storage's flush indexes a run at once; ids may repeat (the last one wins).
+    with tempfile.TemporaryDirectory(prefix="bookiesim-index-") as tmp:
+        one, many = LedgerIndex([Path(tmp) / "one"]), LedgerIndex([Path(tmp) / "many"])
+        for index in (one, many):
+            index.create_ledger(5, KEY)
+            for entry, loc in before:
+                index.set_location(5, entry, loc)
+            index.detach_dirty()  # touched again only by the calls below
+        for entry, loc in pairs:
+            one.set_location(5, entry, loc)
+        many.set_locations(5, [e for e, _ in pairs], [loc for _, loc in pairs])
+        for index in (one, many):
+            index._check()
+        assert many._get(5)._dirty == one._get(5)._dirty
+        assert many.last_entry_id(5) == one.last_entry_id(5)
+        if pairs:
+            assert 5 in many._touched
+            assert 5 in one._touched
+        for index in (one, many):
+            index.close()
+        assert list(LedgerIndex([Path(tmp) / "many"]).entries(5)) == list(
+            LedgerIndex([Path(tmp) / "one"]).entries(5)
+        )
+
+
+def test_set_locations_rejects_bad_input_and_changes_nothing(tmp_path: Path) -> None:
+    index = LedgerIndex([tmp_path])
+    index.create_ledger(1, KEY)
+    index.set_locations(1, [3], [30])
+    bad = [
+        ([0, -1, 2], [5, 6, 7], "entries -1..2 locations 5..7"),
+        ([0, 1], [5, 0], "entries 0..1 locations 0..5"),
+        ([0, 1], [2**63, 5], "locations 5..9223372036854775808"),
+        ([0, 1], [5], "2 entry ids for 1 locations"),
+    ]
+    for entry_ids, locs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            index.set_locations(1, entry_ids, locs)
+    with pytest.raises(NoSuchLedgerError):
+        index.set_locations(2, [0], [5])
+    index.set_locations(1, [], [])
+    assert list(index.entries(1)) == [(3, 30)]
+    assert index.last_entry_id(1) == 3
+    index._check()
+
+
 # -- stateful: the index against a dict model --------------------------------------------------
 
 
@@ -597,6 +653,14 @@ class IndexMachine(RuleBasedStateMachine):
     def set_location(self, lid: int, entry: int, loc: int) -> None:
         self.index.set_location(lid, entry, loc)
         self.model[lid].entries[entry] = loc
+
+    @rule(
+        lid=ledgers,
+        pairs=st.lists(st.tuples(st.integers(min_value=0, max_value=2000), locations)),
+    )
+    def set_locations(self, lid: int, pairs: list[tuple[int, int]]) -> None:
+        self.index.set_locations(lid, [e for e, _ in pairs], [loc for _, loc in pairs])
+        self.model[lid].entries.update(pairs)
 
     @rule(lid=ledgers, entry=st.integers(min_value=0, max_value=2000))
     def get_location(self, lid: int, entry: int) -> None:

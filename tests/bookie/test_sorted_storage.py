@@ -27,12 +27,18 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
+from bookiesim.bookie import sorted_storage
 from bookiesim.bookie.errors import NoEntryError
 from bookiesim.bookie.ledger_storage import entry_header
 from bookiesim.bookie.memtable import EntryMemTable
-from bookiesim.bookie.sorted_storage import SortedLedgerStorage, open_ledger_storage
+from bookiesim.bookie.sorted_storage import (
+    FLUSH_STEP_BYTES,
+    SortedLedgerStorage,
+    open_ledger_storage,
+)
 from bookiesim.cluster.testing import bookie_config
 from bookiesim.entrylog.logger import RotationReason
 
@@ -195,6 +201,16 @@ TestSortedStorage = SortedStorageMachine.TestCase
 TestSortedStorage.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
+def test_sorted_storage_flushing_a_few_entries_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The machine's entries are small, so each ledger's run is one chunk; with steps of a
+    # few entries, flushes are cut short and ledgers deleted in the middle of a ledger too.
+    monkeypatch.setattr(sorted_storage, "FLUSH_STEP_BYTES", 500)
+    run_state_machine_as_test(
+        SortedStorageMachine,
+        settings=settings(max_examples=20, stateful_step_count=40, deadline=None),
+    )
+
+
 def test_a_rotation_asked_while_entries_wait_applies_after_the_flush(tmp_path: Path) -> None:
     storage = open_storage(config(tmp_path))
     try:
@@ -239,20 +255,75 @@ def test_the_size_limit_snapshots_and_a_flush_writes_each_ledger_once(tmp_path: 
 
 
 def test_a_ledger_deleted_during_a_flush_is_skipped(tmp_path: Path) -> None:
-    storage = open_storage(config(tmp_path, skip_list_size_limit=1))
+    storage = open_storage(config(tmp_path, skip_list_size_limit=64 << 20))
+    size = FLUSH_STEP_BYTES // 2  # two entries a step
     try:
         for ledger_id in (1, 2):
             storage.create_ledger(ledger_id, KEY)
             for entry_id in range(3):
-                data = body(ledger_id, entry_id, 10)
+                data = body(ledger_id, entry_id, size)
                 storage.add_entry(entry_header(data), data)
+        assert storage.memtable.snapshot()
         flush = storage._flush_steps()
-        next(flush)  # ledger 1, entry 0 is in its log
+        next(flush)  # ledger 1's entries 0 and 1 are in its log
+        log_id = storage.entry_logger.current_log_id(1)
+        assert log_id is not None
         storage.delete_ledger(1)
         list(flush)
         storage._check()
         assert storage.ledger_ids() == [2]
         assert storage.entry_ids(2) == [0, 1, 2]
+        writer = storage.entry_logger.open_writer(log_id)
+        assert writer is not None
+        assert dict(writer.ledger_sizes) == {1: 2 * (24 + size + 4)}  # not entry 2
+    finally:
+        storage.close()
+
+
+def test_a_flush_writes_each_ledger_in_steps_and_reads_back(tmp_path: Path) -> None:
+    # A ledger's entries go out in chunks of about FLUSH_STEP_BYTES (one entry logger call
+    # each), and other tasks run between chunks.
+    size = FLUSH_STEP_BYTES // 8 - 24  # bodies of an eighth of a step: 8 to a chunk
+    storage = open_storage(config(tmp_path, skip_list_size_limit=64 << 20))
+    expected: dict[tuple[int, int], bytes] = {}
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tick)
+            await storage.flush(everything=True)
+            assert ticks >= 5, ticks  # 6 chunks reach a step on their own
+            nursery.cancel_scope.cancel()
+
+    try:
+        for ledger_id in (1, 2, 3):
+            storage.create_ledger(ledger_id, KEY)
+        for entry_id in range(20):  # interleaved, as a bookie's adds are
+            for ledger_id in (1, 2, 3):
+                data = expected[ledger_id, entry_id] = body(ledger_id, entry_id, size)
+                storage.add_entry(entry_header(data), data)
+        assert storage.memtable.snapshot()
+        steps = list(storage._flush_steps())
+        chunk = FLUSH_STEP_BYTES // 8
+        assert steps == [8 * chunk, 8 * chunk, 4 * chunk] * 3
+        assert storage.memtable.empty
+        for (ledger_id, entry_id), data in expected.items():  # from the entry logs now
+            assert storage.index.get_location(ledger_id, entry_id) != 0
+            assert storage.read_entry(ledger_id, entry_id) == data
+        storage._check()
+        for data in expected.values():  # again, through trio
+            storage.add_entry(entry_header(data), data)
+        trio.run(main)
+        assert storage.memtable.empty
+        for (ledger_id, entry_id), data in expected.items():
+            assert storage.read_entry(ledger_id, entry_id) == data
+        storage._check()
     finally:
         storage.close()
 

@@ -489,12 +489,11 @@ class FailingWrites:
         return self.real_write(fd, data)
 
 
-@pytest.mark.parametrize("per_ledger", [True, False])
-def test_write_error_rotates_before_it_surfaces(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_ledger: bool
-) -> None:
-    # BP-32: a write failure for a ledger rotates its log before the error is returned;
-    # nothing added before is lost, and the next add goes to a fresh log.
+def _three_entries_buffered(
+    tmp_path: Path, per_ledger: bool
+) -> tuple[EntryLogger, list[RotationEvent], Written, int | None]:
+    """A logger with a 2 KiB write buffer holding ledger 1's entries 0-2, the rotations it
+    reports, what was written, and the id of the log they are in (the one to fail)."""
     events: list[RotationEvent] = []
     logger = EntryLogger(
         dirs_of(tmp_path), per_ledger=per_ledger, write_buffer_size=2048, on_rotate=events.append
@@ -503,6 +502,16 @@ def test_write_error_rotates_before_it_surfaces(
     for entry in range(3):
         add(logger, written, 1, entry)  # stays in the 2 KiB buffer
     failing = logger.current_log_id(1)
+    return logger, events, written, failing
+
+
+@pytest.mark.parametrize("per_ledger", [True, False])
+def test_write_error_rotates_before_it_surfaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_ledger: bool
+) -> None:
+    # BP-32: a write failure for a ledger rotates its log before the error is returned;
+    # nothing added before is lost, and the next add goes to a fresh log.
+    logger, events, written, failing = _three_entries_buffered(tmp_path, per_ledger)
     monkeypatch.setattr(os, "write", FailingWrites(1).write)
     with pytest.raises(OSError, match="No space"):
         add(logger, written, 1, 3, size=3000)  # fills the buffer: the write fails
@@ -525,6 +534,36 @@ def test_write_error_rotates_before_it_surfaces(
     # The failed log has no ledgers map and a torn tail; a scan finds the three entries.
     assert dict(extract_by_scanning(again.log_path(failing or 0)).ledgers) == {1: 3 * 104}
     again.close()
+
+
+@pytest.mark.parametrize("per_ledger", [True, False])
+def test_write_error_in_a_run_rotates_before_it_surfaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_ledger: bool
+) -> None:
+    # add_entries (a sorted storage's flush) fails as add_entry does: the log is rotated
+    # before the error surfaces, what was added before stays readable, and the run can be
+    # written again whole to a fresh log.
+    logger, events, written, failing = _three_entries_buffered(tmp_path, per_ledger)
+    bodies = [seeded_entry(1, e, 1000, seed=e) for e in range(3, 6)]
+    monkeypatch.setattr(os, "write", FailingWrites(1).write)
+    with pytest.raises(OSError, match="No space"):
+        logger.add_entries(1, bodies)  # fills the buffer: the write fails
+    monkeypatch.undo()
+    assert events == [
+        RotationEvent(failing or 0, 1 if per_ledger else None, RotationReason.WRITE_ERROR)
+    ]
+    assert logger.current_log_id(1) is None
+    assert_all_readable(logger, written)
+    locations = logger.add_entries(1, bodies)
+    assert {loc >> 32 for loc in locations} == {logger.current_log_id(1)}
+    assert logger.current_log_id(1) != failing
+    written.update(
+        {(1, e): (loc, b) for e, loc, b in zip(range(3, 6), locations, bodies, strict=True)}
+    )
+    logger.checkpoint()
+    assert_all_readable(logger, written)
+    logger._check()
+    logger.close()
 
 
 def test_persistent_write_error_keeps_the_log_open_until_a_checkpoint_can_flush(

@@ -14,6 +14,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bookiesim.entrylog.format import HEADER_SIZE, MAX_LOG_ID
 from bookiesim.entrylog.logger import EntryLogger, RotationEvent, RotationReason
@@ -22,7 +24,7 @@ from bookiesim.entrylog.managers import (
     EntryLogManagerForSingleEntryLog,
 )
 
-from .entries import MAX_LONG, make_entry, upstream_entry
+from .entries import MAX_LONG, make_entry, scratch_dir, seeded_entry, upstream_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -545,3 +547,108 @@ def test_closed_logger_refuses_work(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="closed"):
         logger.read_entry(1, 0, loc)
     logger.close()  # idempotent
+
+
+# ------------------------------------------------------------------------- runs (add_entries)
+
+
+def log_files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path, with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    per_ledger=st.booleans(),
+    upstream_behaviour=st.booleans(),
+    room=st.one_of(st.integers(0, 8000), st.sampled_from([0, 40, 100, 200, 1000, 3000])),
+    max_active_logs=st.integers(1, 3),
+    runs=st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.lists(st.one_of(st.integers(16, 2500), st.sampled_from([16, 46, 96])), max_size=12),
+            st.sampled_from([0, 0, 4, 11]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_add_entries_is_add_entry_of_each_body(
+    per_ledger: bool,
+    upstream_behaviour: bool,
+    room: int,
+    max_active_logs: int,
+    runs: list[tuple[int, list[int], float]],
+) -> None:
+    # The sorted storage's flush writes a ledger's run with add_entries: it must leave the
+    # logs, the locations and the rotations (size rolls, evictions, expiry) exactly as an
+    # add_entry per body would. Small limits make runs span several logs; records of 20, 50
+    # and 100 bytes make them fill logs exactly.
+    clock = FakeClock()
+    with scratch_dir() as d:
+        events: dict[str, list[RotationEvent]] = {"one": [], "run": []}
+        one, run = (
+            EntryLogger(
+                dirs_of(d / name, 2),
+                per_ledger=per_ledger,
+                upstream_behaviour=upstream_behaviour,
+                log_size_limit=HEADER_SIZE + room,
+                max_active_logs=max_active_logs,
+                expiry_seconds=10,
+                write_buffer_size=4096,
+                clock=clock,
+                on_rotate=events[name].append,
+            )
+            for name in ("one", "run")
+        )
+        next_entry: Counter[int] = Counter()
+        written: list[tuple[int, int, int, bytes]] = []
+        for ledger, sizes, idle in runs:
+            clock.advance(idle)
+            assert one.expire_idle() == run.expire_idle()
+            first = next_entry[ledger]
+            next_entry[ledger] += len(sizes)
+            bodies = [seeded_entry(ledger, first + i, n, seed=i) for i, n in enumerate(sizes)]
+            locations = run.add_entries(ledger, bodies)
+            assert locations == [one.add_entry(ledger, body) for body in bodies]
+            assert events["run"] == events["one"]
+            assert run.active_logs() == one.active_logs()
+            assert run.log_ids() == one.log_ids()
+            written += [
+                (ledger, first + i, loc, b)
+                for i, (loc, b) in enumerate(zip(locations, bodies, strict=True))
+            ]
+            run._check()
+        for ledger, entry, location, body in written:
+            assert run.read_entry(ledger, entry, location) == body
+        one.close()
+        run.close()
+        assert log_files(d / "run") == log_files(d / "one")
+
+
+@pytest.mark.parametrize("per_ledger", [True, False])
+def test_add_entries_rolls_and_evicts_like_add_entry(tmp_path: Path, per_ledger: bool) -> None:
+    # A run of 7 entries of 30 bytes with room for exactly 3 per log: logs of 3, 3 and 1.
+    events: list[RotationEvent] = []
+    logger = EntryLogger(
+        dirs_of(tmp_path),
+        per_ledger=per_ledger,
+        log_size_limit=HEADER_SIZE + 90,
+        max_active_logs=1,
+        on_rotate=events.append,
+    )
+    locations = logger.add_entries(1, [upstream_entry(1, e) for e in range(7)])
+    logs = [loc >> 32 for loc in locations]
+    assert logs == [logs[0]] * 3 + [logs[3]] * 3 + [logs[6]]
+    assert [loc & 0xFFFFFFFF for loc in locations] == [1028, 1058, 1088] * 2 + [1028]
+    assert [e.reason for e in events] == [RotationReason.SIZE] * 2
+    logger.add_entries(2, [upstream_entry(2, 0)])
+    if per_ledger:  # ledger 1's log makes room for ledger 2's
+        assert events[-1] == RotationEvent(logs[6], 1, RotationReason.MAX_ACTIVE)
+    else:  # the shared log has room for the entry: no rotation
+        assert len(events) == 2
+    assert logger.add_entries(3, []) == []
+    with pytest.raises(ValueError, match="entry of ledger 2 in a run of ledger 1"):
+        logger.add_entries(1, [upstream_entry(1, 7), upstream_entry(2, 1)])
+    logger._check()
+    logger.close()

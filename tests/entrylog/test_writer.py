@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -369,3 +369,122 @@ def test_writeback_is_started_for_each_stretch_written(
     with EntryLogReader(tmp_path / "1.log", 1) as r:
         for i, location in enumerate(locations):
             assert r.read_entry(3, i, location) == make_entry(3, i, bodies[i])
+
+
+# ---------------------------------------------------------------- runs (append_run)
+
+run_specs = st.lists(st.tuples(st.integers(16, 5000), st.integers(0, 1000)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    buffer_size=st.sampled_from([64, 1000, 8192, 65536]),
+    runs=st.lists(st.tuples(st.integers(0, 3), run_specs), min_size=1, max_size=6),
+)
+def test_append_run_is_appends_of_each_body(
+    buffer_size: int, runs: list[tuple[int, list[tuple[int, int]]]]
+) -> None:
+    # The same bytes reach the OS at the same points, and the same locations come back, as
+    # from append() of each body: the sorted storage's flush relies on it.
+    with scratch_dir() as d:
+        (d / "one").mkdir()
+        (d / "run").mkdir()
+        one = EntryLogWriter(d / "one", 9, write_buffer_size=buffer_size)
+        run = EntryLogWriter(d / "run", 9, write_buffer_size=buffer_size)
+        written: list[tuple[int, int, int, bytes]] = []
+        for ledger, specs in runs:
+            first = len(written)
+            bodies = [
+                seeded_entry(ledger, first + i, size, seed) for i, (size, seed) in enumerate(specs)
+            ]
+            locations = run.append_run(ledger, bodies)
+            assert locations == [one.append(body) for body in bodies]
+            written += [
+                (ledger, first + i, loc, b)
+                for i, (loc, b) in enumerate(zip(locations, bodies, strict=True))
+            ]
+            assert (run.position, run.os_position) == (one.position, one.os_position)
+            assert dict(run.ledger_sizes) == dict(one.ledger_sizes)
+        for ledger, entry, location, body in written:
+            assert read_entry(run, ledger, entry, location) == body
+        for w in (one, run):
+            w.append_ledgers_map()
+            w.close()
+        assert run.path.read_bytes() == one.path.read_bytes()
+
+
+def test_append_run_rejects_bad_runs_and_writes_nothing(tmp_path: Path) -> None:
+    with EntryLogWriter(tmp_path, 0) as w:
+        assert w.append_run(1, []) == []
+        assert w.append_run(1, [upstream_entry(1, 0)]) == [1028]
+        before = (w.position, dict(w.ledger_sizes))
+        bad: list[tuple[int, list[bytes], str]] = [
+            (1, [upstream_entry(1, 1), b"x" * 15], "shorter than 16"),
+            (
+                1,
+                [upstream_entry(1, 1), upstream_entry(2, 1)],
+                "entry of ledger 2 in a run of ledger 1",
+            ),
+            (2, [upstream_entry(1, 1)], "entry of ledger 1 in a run of ledger 2"),
+            (-1, [make_entry(-1, -2, b"looks like a ledgers map")], "negative ledger id -1"),
+            (2**63, [upstream_entry(1, 1)], "does not fit a long"),
+        ]
+        for ledger, bodies, message in bad:
+            with pytest.raises(ValueError, match=message):
+                w.append_run(ledger, bodies)
+            assert (w.position, dict(w.ledger_sizes)) == before
+        w.append_ledgers_map()
+        with pytest.raises(ValueError, match="does not accept entries"):
+            w.append_run(1, [upstream_entry(1, 1)])
+
+
+def test_append_run_takes_any_buffer_as_append_does(tmp_path: Path) -> None:
+    with EntryLogWriter(tmp_path, 0) as w:
+        bodies = [bytearray(upstream_entry(1, 0)), memoryview(upstream_entry(1, 1))]
+        assert w.append_run(1, bodies) == [1028, 1058]  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="entry of ledger 2 in a run of ledger 1"):
+            w.append_run(1, [bytearray(upstream_entry(2, 0))])  # type: ignore[list-item]
+        assert read_entry(w, 1, 1, 1058) == upstream_entry(1, 1)
+
+
+def test_append_run_past_the_hard_limit_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "MAX_LOG_SIZE", 1024 + 4 + 26 + 4 + 26)
+    with EntryLogWriter(tmp_path, 0) as w:
+        with pytest.raises(EntryLogFullError, match="would pass"):
+            w.append_run(1, [upstream_entry(1, e) for e in range(3)])
+        assert (w.position, dict(w.ledger_sizes)) == (1024, {})
+        w.append_run(1, [upstream_entry(1, e) for e in range(2)])  # exactly at the limit
+        assert dict(w.ledger_sizes) == {1: 60}
+
+
+@pytest.mark.parametrize("allowed", [0, 1, 1000, 65535, 65536, 140_000])
+def test_write_error_in_a_run_stops_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allowed: int
+) -> None:
+    w = EntryLogWriter(tmp_path, 0)
+    w.append(upstream_entry(1, 0))
+    before = w.read_at(0, w.position)
+    bodies = [seeded_entry(1, e, 30_000, seed=e) for e in range(1, 8)]
+    monkeypatch.setattr(os, "write", _FailingWrites(allowed).write)
+    with pytest.raises(OSError, match="No space"):
+        w.append_run(1, bodies)
+    monkeypatch.undo()
+    assert isinstance(w.failed, OSError)
+    stored = w.read_at(0, w.position)
+    assert (before + b"".join(struct.pack(">i", len(b)) + b for b in bodies)).startswith(stored)
+    assert len(stored) >= len(before)
+    with pytest.raises(ValueError, match="does not accept entries"):
+        w.append_run(1, [upstream_entry(1, 9)])
+    w.close()
+    assert w.path.read_bytes() == stored
+
+
+def test_append_run_fsyncs_once_past_the_bound(tmp_path: Path) -> None:
+    with EntryLogWriter(tmp_path, 0, unpersisted_bytes_bound=1024 + 3 * 30) as w:
+        w.append_run(1, [upstream_entry(1, e) for e in range(2)])
+        assert w.unpersisted_bytes == 1024 + 60
+        w.append_run(1, [upstream_entry(1, e) for e in range(2, 6)])
+        assert w.unpersisted_bytes == 0
+        assert w.path.stat().st_size == 1024 + 180
