@@ -267,22 +267,16 @@ class IndexFile:
         """:meth:`set_location` of each pair in turn, checked by the extremes and stored by
         one dict update: a flush of the sorted storage indexes a ledger's run at once."""
         if len(entry_ids) != len(locations):
-            raise ValueError(
-                f"ledger {self.ledger_id}: {len(entry_ids)} entry ids for "
-                f"{len(locations)} locations"
-            )
+            raise ValueError(f"{len(entry_ids)} entry ids for {len(locations)} locations")
         if not entry_ids:
             return
         if min(entry_ids) < 0 or min(locations) <= 0 or max(locations) > MAX_LOCATION:
             raise ValueError(
-                f"ledger {self.ledger_id}: entries {min(entry_ids)}..{max(entry_ids)} "
-                f"locations {min(locations)}..{max(locations)}: entry ids are >= 0 and "
-                "locations in 1..2**63-1 (0 means no entry)"
+                f"ledger {self.ledger_id}: entries {min(entry_ids)}..{max(entry_ids)} locations "
+                f"{min(locations)}..{max(locations)}: ids >= 0, locations in 1..2**63-1"
             )
         self._dirty.update(zip(entry_ids, locations, strict=True))
-        top = max(entry_ids)
-        if top > self._dirty_max:
-            self._dirty_max = top
+        self._dirty_max = max(self._dirty_max, max(entry_ids))
 
     def get_location(self, entry_id: int) -> int:
         """The location of ``entry_id``, or 0 if the index has none."""
