@@ -50,8 +50,10 @@ from bookiesim.bench.report import (
     publish,
     step_progress,
 )
+from bookiesim.bench.storage import entry_bodies
 from bookiesim.bookie.journal.files import JournalWriter
 from bookiesim.console import make_console
+from bookiesim.proto.entry_header import IDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,7 +66,6 @@ _WRAP: Final = -1
 """A size field of -1: the rest of the ring is unused, the next record starts at 0."""
 _END: Final = struct.Struct("<Q")
 _SIZE: Final = struct.Struct(">i")
-_IDS: Final = struct.Struct(">qq")
 
 RATIOS = (
     Ratio(
@@ -80,12 +81,6 @@ RATIOS = (
         "inProcessUs",
     ),
 )
-
-
-def _bodies(count: int, size: int) -> list[bytes]:
-    """``count`` packaged entries of one ledger: ids in the first 16 bytes, as a client's."""
-    filler = bytes(range(256)) * (size // 256 + 1)
-    return [_IDS.pack(7, i) + filler[: size - _IDS.size] for i in range(count)]
 
 
 def measure_in_process(directory: Path, bodies: list[bytes], adds: int, group: int) -> float:
@@ -208,7 +203,7 @@ def _consume(ring_fd: int, published: int, consumed_pipe: int, adds: int, distin
     buf = memoryview(ring)
     size = len(buf)
     get_size = _SIZE.unpack_from
-    get_ids = _IDS.unpack_from
+    get_ids = IDS.unpack_from
     position = got = crc = 0
     started = time.process_time()
     while got < adds:
@@ -220,7 +215,7 @@ def _consume(ring_fd: int, published: int, consumed_pipe: int, adds: int, distin
                 position += size - offset
                 continue
             body = bytes(buf[offset + _SIZE.size : offset + _SIZE.size + n])
-            if get_ids(body, 0) != (7, got % distinct):
+            if get_ids(body, 0) != (1, got % distinct):
                 raise RuntimeError(f"record {got} carries ids {get_ids(body, 0)}")
             crc = zlib.crc32(body, crc)
             position += _SIZE.size + n
@@ -242,7 +237,7 @@ def run_handoff_benchmark(
             ("consumerUs", "hand-off, the other process's side", "µs/add"),
         ]
     )
-    bodies = _bodies(1000, args.size)
+    bodies = entry_bodies(args.size, 1000)
     for run in range(1, args.repeats + 1):
         step(f"run {run}: in process")
         in_process = measure_in_process(directory, bodies, args.adds, args.group)
@@ -273,8 +268,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.size < _IDS.size:
-        print(f"bench handoff: --size must be at least {_IDS.size}", file=sys.stderr)
+    if args.size < IDS.size:
+        print(f"bench handoff: --size must be at least {IDS.size}", file=sys.stderr)
         return 2
     status = make_console(sys.stderr)
     command = command_line("handoff", args, {**DEFAULTS, "dir": None})

@@ -74,6 +74,7 @@ __all__ = [
     "APPENDS_TARGET",
     "DEFAULT_REPEATS",
     "DEFAULT_SIZE_MB",
+    "entry_bodies",
     "entry_log_append",
     "entry_log_scan",
     "journal_append",
@@ -129,7 +130,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 # ---------------------------------------------------------------------------- measurements
 
 
-def _bodies(entry_size: int, count: int) -> list[bytes]:
+def entry_bodies(entry_size: int, count: int) -> list[bytes]:
+    """``count`` packaged entries of ledger 1, entry ids 0.., as a client's: the ids in the
+    first 16 bytes, then one random filler shared by all."""
     filler = os.urandom(entry_size - IDS.size)
     return [IDS.pack(1, i) + filler for i in range(count)]
 
@@ -143,7 +146,7 @@ def entry_log_append(
     is the number of appends, ``nbytes`` the file size.
     """
     n = max(1, total_bytes // (entry_size + 4))
-    pool = _bodies(entry_size, 1024 if entry_size <= 4 * KIB else 16)
+    pool = entry_bodies(entry_size, 1024 if entry_size <= 4 * KIB else 16)
     mask = len(pool) - 1  # a power of two
     start = time.perf_counter()
     writer = EntryLogWriter(directory, log_id)
@@ -180,7 +183,7 @@ def journal_append(directory: Path, per_sync: int, syncs: int, record_size: int 
     The writer is created (header, preallocation, fsync) before the clock starts: a bookie
     opens its journal once. ``count`` is records; ``nbytes`` their bytes with length fields.
     """
-    batch = [DataRecord.from_body(b) for b in _bodies(record_size, per_sync)]
+    batch = [DataRecord.from_body(b) for b in entry_bodies(record_size, per_sync)]
     with JournalWriter(directory) as writer:
         start = time.perf_counter()
         for _ in range(syncs):

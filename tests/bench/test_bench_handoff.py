@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bookiesim.bench import handoff
+from bookiesim.bench.storage import entry_bodies
 from bookiesim.cli.main import main
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def test_bench_handoff_small(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_a_run_whose_bytes_did_not_arrive_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    bodies = handoff._bodies(10, 64)
+    bodies = entry_bodies(64, 10)
     run = handoff.measure_handoff(bodies, 5000, 7)  # 7: groups that do not divide the adds
     assert run.producer_us > 0
     assert run.consumer_us > 0
