@@ -10,10 +10,12 @@ What it does, step by step:
 2. with the project's BookKeeper client, creates three ledgers with E=3 Qw=2 Qa=2, writes
    100 entries of 1 KiB to each (striped: every entry on two of the three bookies, pipelined,
    acknowledged by two), then reads every entry back and checks it;
-3. closes the ledgers: CLOSED in the metadata, then WriteClose to every bookie of each
-   ensemble; after the next checkpoint each bookie has rotated those ledgers' logs (reason
-   ``write_close``), fsynced and closed them, and leastUnflushedLogId moved past them —
-   all read from the bookies' own ``/metrics`` and admin API;
+3. waits for a checkpoint to write the entries from the sorted storage's in-memory table to
+   their ledgers' entry logs, then closes the ledgers: CLOSED in the metadata, then
+   WriteClose to every bookie of each ensemble, which rotates those ledgers' logs at once
+   (reason ``write_close``); the next checkpoint fsyncs and closes them and
+   leastUnflushedLogId moves past them — the logs before, just after the close and after
+   that checkpoint, all read from the bookies' own ``/metrics`` and admin API;
 4. a spare bookie joins and one bookie is killed (SIGKILL); once its session expires the
    auditor marks the three ledgers under-replicated, the workers copy the dead bookie's
    share to the spare, swap it into the metadata and send it WriteClose (reason
@@ -53,12 +55,14 @@ from bookiesim.client import BKError, BookKeeper, ClientStats, LedgerHandle
 from bookiesim.client.distribution import RoundRobinDistribution
 from bookiesim.cluster.control import detach, start_cluster
 from bookiesim.cluster.probe import (
+    Snapshot,
     bookie_info,
     checkpoints,
     metric_by_label,
     reasons,
     snapshot,
     wait_for_checkpoint,
+    wait_for_fresh_checkpoint,
 )
 from bookiesim.cluster.processes import (
     HOST,
@@ -69,7 +73,7 @@ from bookiesim.cluster.processes import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 __all__ = ["register", "run_demo"]
 
@@ -218,8 +222,8 @@ def bookiesim_command() -> str:
         return str(script)
 
 
-def _ratio(before: object, after: object) -> str:
-    return f"{before} → {after}"
+def _stages(values: Iterable[object]) -> str:
+    return " → ".join(map(str, values))
 
 
 def _first(paths: list[Path]) -> Path | None:
@@ -286,7 +290,6 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
             started = time.monotonic()
             reports = run_traffic(uri, "writing", write_ledgers)
             write_seconds = time.monotonic() - started
-        after_writes = {b.name: snapshot(b) for b in bookies}
         with console.status("Reading every entry back…"):
             started = time.monotonic()
             run_traffic(uri, "reading back", lambda bk: read_ledgers(bk, reports))
@@ -310,54 +313,24 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
         )
         console.print(table)
 
-        # 3. close (metadata, then WriteClose), checkpoint
+        # 3. the entries reach the entry logs; close (metadata, then WriteClose); checkpoint
+        # The sorted storage keeps adds in its in-memory table until a checkpoint (or
+        # skipListSizeLimit) writes them to the logs: until then there is no log to rotate
+        # and WriteClose only leaves a rotation pending. Counted once a checkpoint has
+        # written them, BP-32's effect shows in the logs themselves.
+        with console.status("Waiting for a checkpoint to write the entries to the logs…"):
+            wait_for_fresh_checkpoint(bookies, FLUSH_INTERVAL_MS)
+        before_close = {b.name: snapshot(b) for b in bookies}
         before = {b.name: checkpoints(b) for b in bookies}
         with console.status("Closing the ledgers (metadata CLOSED, then WriteClose)…"):
             stats = run_traffic(uri, "closing", lambda bk: close_ledgers(bk, reports))
             after_close = {b.name: snapshot(b) for b in bookies}
-        with console.status("Waiting for a checkpoint…"):
+        with console.status("Waiting for the checkpoint that seals the closed logs…"):
             wait_for_checkpoint(bookies, before, FLUSH_INTERVAL_MS)
         after_checkpoint = {b.name: snapshot(b) for b in bookies}
-        table = Table(
-            title=f"3. Ledgers closed: WriteClose (BP-32) sent {stats.write_close_sent}, "
-            f"acknowledged {stats.write_close_ok}; then one checkpoint"
+        failures = print_write_close(
+            console, bookies, reports, stats, [before_close, after_close, after_checkpoint]
         )
-        table.add_column("bookie")
-        table.add_column("active\nlogs", justify="right")
-        table.add_column("rotated\nlogs", justify="right")
-        table.add_column("rotations\nby reason")
-        table.add_column("leastUnflushed\nLogId", justify="right")
-        table.add_column("WriteClose\nrequests")
-        failures = []
-        for bookie in bookies:
-            written, closed, done = (
-                after_writes[bookie.name],
-                after_close[bookie.name],
-                after_checkpoint[bookie.name],
-            )
-            rotations: dict[str, int] = done.info.get("rotations", {})
-            requests = metric_by_label(done.metrics, "bookie_write_close_requests_total", "outcome")
-            expected = sum(1 for r in reports if f"{HOST}:{bookie.bookie_port}" in r.ensemble)
-            if rotations.get("write_close") != expected:
-                failures.append(
-                    f"{bookie.name}: {rotations.get('write_close', 0)} "
-                    f"write_close rotations, expected {expected}"
-                )
-            table.add_row(
-                bookie.name,
-                _ratio(written.info["activeLogs"], done.info["activeLogs"]),
-                _ratio(closed.info["rotatedLogs"], done.info["rotatedLogs"]),
-                reasons(rotations),
-                _ratio(written.info["leastUnflushedLogId"], done.info["leastUnflushedLogId"]),
-                reasons(requests),
-            )
-        table.caption = (
-            "x → y: after the writes (rotated: just after the close) → after the checkpoint. "
-            "WriteClose rotated each ledger's log; the checkpoint fsynced and closed them, so "
-            "leastUnflushedLogId moved past them: the GC may now consider them. Numbers from "
-            "/api/v1/bookie/info and bookie_write_close_requests_total in /metrics."
-        )
-        console.print(table)
         if failures:
             raise ClusterError("; ".join(failures))
 
@@ -406,6 +379,66 @@ def run_demo(root: Path, console: Console, *, keep_running: bool = False) -> int
         # --keep-running: a half-done demo leaves no processes behind.
         if bookies and not stopped and not (keep_running and succeeded):
             stop_bookies(bookies, STOP_TIMEOUT)
+
+
+def print_write_close(
+    console: Console,
+    bookies: Sequence[LocalBookie],
+    reports: Sequence[LedgerReport],
+    stats: ClientStats,
+    stages: Sequence[dict[str, Snapshot]],
+) -> list[str]:
+    """Act 3's table, from the snapshots before the close (the entries in the logs), just
+    after it and after the checkpoint; returns what did not happen as BP-32 says it must."""
+    table = Table(
+        title=f"3. Ledgers closed: WriteClose (BP-32) sent {stats.write_close_sent}, "
+        f"acknowledged {stats.write_close_ok}; then one checkpoint",
+        pad_edge=False,
+    )
+    table.add_column("bookie")
+    table.add_column("active\nlogs", justify="right")
+    table.add_column("rotated\nlogs", justify="right")
+    table.add_column("rotations\nby reason")
+    table.add_column("leastUnflushed\nLogId", justify="right")
+    table.add_column("WriteClose\nrequests")
+    failures = []
+    for bookie in bookies:
+        infos = [stage[bookie.name].info for stage in stages]
+        first, last = infos[0], infos[-1]
+        # Counters since the bookie started: the close's share is the difference.
+        made = Counter(last.get("rotations", {}))
+        made.subtract(first.get("rotations", {}))
+        requests = metric_by_label(
+            stages[-1][bookie.name].metrics, "bookie_write_close_requests_total", "outcome"
+        )
+        expected = sum(1 for r in reports if f"{HOST}:{bookie.bookie_port}" in r.ensemble)
+        if made["write_close"] != expected:
+            failures.append(
+                f"{bookie.name}: {made['write_close']} write_close rotations, expected {expected}"
+            )
+        if last["leastUnflushedLogId"] <= first["leastUnflushedLogId"]:
+            failures.append(
+                f"{bookie.name}: leastUnflushedLogId stayed at {first['leastUnflushedLogId']} "
+                "after the checkpoint that followed the close"
+            )
+        table.add_row(
+            bookie.name,
+            _stages(info["activeLogs"] for info in infos),
+            _stages(info["rotatedLogs"] for info in infos),
+            reasons(made),
+            _stages(info["leastUnflushedLogId"] for info in infos),
+            reasons(requests),
+        )
+    table.caption = (
+        "x → y → z: before the close (a checkpoint had written the entries to their "
+        "ledgers' logs) → just after it → after the next checkpoint; rotations: those made "
+        "meanwhile. WriteClose rotated each closed ledger's log at once; the checkpoint "
+        "fsynced and closed them, so leastUnflushedLogId moved past them: the GC may now "
+        "consider them. Numbers from /api/v1/bookie/info and "
+        "bookie_write_close_requests_total in /metrics."
+    )
+    console.print(table)
+    return failures
 
 
 def print_next_steps(

@@ -34,11 +34,10 @@ from bookiesim.cluster.probe import (
     Samples,
     bookie_info,
     bookie_metrics,
-    checkpoints,
     metric_by_label,
     reasons,
     snapshot,
-    wait_for_checkpoint,
+    wait_for_fresh_checkpoint,
 )
 from bookiesim.cluster.processes import HOST, ClusterError
 from bookiesim.metadata import open_store
@@ -201,10 +200,10 @@ def heal_act(
     healing.after = trio.run(_ensembles, uri, ledger_ids)
     # Counted once healed: every copy and its WriteClose are done (a worker removes a mark
     # only after both), and the sorted storage rotates a copy's log in the flush of the
-    # next checkpoint, which seals it too.
-    spare_checkpoints = checkpoints(spare)
+    # next checkpoint that begins after that, which seals it too (one under way may have
+    # taken its table before the copies arrived).
     with console.status("Waiting for the spare's checkpoint…"):
-        wait_for_checkpoint([spare], {spare.name: spare_checkpoints}, flush_interval_ms)
+        wait_for_fresh_checkpoint([spare], flush_interval_ms)
     _print_tables(console, healing, bookies, name, spare_before.info)
     return healing
 

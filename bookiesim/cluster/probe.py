@@ -32,6 +32,7 @@ __all__ = [
     "reasons",
     "snapshot",
     "wait_for_checkpoint",
+    "wait_for_fresh_checkpoint",
 ]
 
 HTTP_TIMEOUT = 5.0
@@ -104,6 +105,17 @@ def wait_for_checkpoint(
                 f"{CHECKPOINT_TIMEOUT:.0f} s (flushInterval is {flush_interval_ms} ms)"
             )
         time.sleep(0.1)
+
+
+def wait_for_fresh_checkpoint(
+    bookies: Sequence[LocalBookie], flush_interval_ms: int = 1000
+) -> None:
+    """Until every bookie completed a checkpoint that *began* after this call, so that what it
+    held in memory at the call (the sorted storage's table) is in its entry logs, and has no
+    rotated log left. The count read now may miss a checkpoint already under way, which took
+    its table before the call: the one after it is waited for."""
+    under_way = {b.name: checkpoints(b) + 1 for b in bookies}
+    wait_for_checkpoint(bookies, under_way, flush_interval_ms)
 
 
 @dataclass

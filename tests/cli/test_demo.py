@@ -1,10 +1,11 @@
 """``bookiesim demo`` end to end, with real bookie processes.
 
 Why: ``make demo`` is the first thing a newcomer runs. It must finish, show the metrics URLs
-and BP-32 at work (three write-close rotations per bookie), a killed bookie's ledgers healed
-onto a spare (three replication rotations there), leave a file for ``bookiesim shell`` to
-read, and leave no process behind; when a bookie cannot start it must say so and exit 1
-rather than hang.
+and BP-32 at work (per bookie, the three closed ledgers' logs written, rotated by write-close
+and sealed by a checkpoint, leastUnflushedLogId moving past them), a killed bookie's ledgers
+healed onto a spare (three replication rotations there), leave a file for ``bookiesim
+shell`` to read, and leave no process behind; when a bookie cannot start it must say so and
+exit 1 rather than hang.
 """
 
 from __future__ import annotations
@@ -62,9 +63,27 @@ def test_demo_writes_closes_checkpoints_and_stops(
     assert len(metrics) == 3, out
     assert "/api/v1/bookie/info" in out
 
-    rotations = dict(re.findall(r"(bookie-\d)\W.*write_close=(\d+)", out))
-    assert rotations == {"bookie-1": "3", "bookie-2": "3", "bookie-3": "3"}, out
-    assert out.count("rotated=3") == 3, out  # bookie_write_close_requests_total{outcome}
+    # Step 3, per bookie: active logs, rotated logs and leastUnflushedLogId before the close
+    # (the entries in their logs) → just after it → after the checkpoint; rotations made.
+    stages = r"(\d+) → (\d+) → (\d+)"
+    rows = re.findall(
+        rf"(bookie-\d)\W+{stages}\W+{stages}\W+write_close=(\d+)\W+{stages}\W+rotated=(\d+)", out
+    )
+    assert {row[0] for row in rows} == {"bookie-1", "bookie-2", "bookie-3"}, out
+    for name, *numbers in rows:
+        active, rotated = numbers[0:3], numbers[3:6]
+        write_closes, least, requests = numbers[6], numbers[7:10], numbers[10]
+        # E=3: every bookie holds entries of all three ledgers, one log each, all written.
+        assert active == ["3", "0", "0"], (name, out)
+        # Rotated by the close at once (a checkpoint may come before the count: fewer),
+        # sealed by the checkpoint.
+        assert rotated[0] == "0", (name, out)
+        assert int(rotated[1]) <= 3, (name, out)
+        assert rotated[2] == "0", (name, out)
+        assert write_closes == "3", (name, out)
+        assert requests == "3", (name, out)  # bookie_write_close_requests_total{outcome}
+        # Three logs unflushed before (the pointer at or below the lowest), all sealed after.
+        assert int(least[2]) >= int(least[0]) + 3, (name, out)
 
     # The suggested readlog command names a log that exists.
     logs = re.findall(r"shell readlog (\S+\.log)", out)
@@ -79,6 +98,9 @@ def test_demo_writes_closes_checkpoints_and_stops(
     assert victim in pids
     assert out.count("mark removed, fully replicated again") == 3, out
     assert re.search(r"rotations by reason\W+replication=3", out), out
+    spare_pointer = re.search(r"leastUnflushedLogId\W+(\d+) → (\d+)", out)
+    assert spare_pointer is not None, out
+    assert int(spare_pointer.group(2)) >= int(spare_pointer.group(1)) + 3, out  # 3 logs sealed
     assert re.search(r"WriteClose after replication\W+ok=3", out), out
     assert f"with {victim} dead" in out
 
