@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bookiesim.bench.upstream import tail
 from bookiesim.client.distribution import RoundRobinDistribution
 from tests.interop.upstream_live import (
     Bookie,
@@ -176,6 +175,10 @@ def test_mixed_ensemble(upstream: Upstream, ours: Bookiesim, v2: bool) -> None:
 
 
 # -- hand-over of a cleanly stopped bookie's directories ---------------------------------------
+#
+# A clean stop is judged by the exit code (upstream_live.stop_problem: 0, or the JVM's 143 after
+# its shutdown hooks) and by the data: the next bookie, of the other kind, serves every entry
+# from the directories it was handed.
 
 
 def _read_whole(ours: Bookiesim, ledgers: list[int]) -> None:
@@ -192,7 +195,7 @@ def test_upstream_directories_handed_to_bookiesim(upstream: Upstream, ours: Book
     with upstream.bookie("u1") as before:
         ledgers = [ours.write_ledger(1, 1, 1, 120) for _ in range(3)]
         ours.ledger("close", str(ledgers[0]))
-        assert before.stop_cleanly(), tail(before.log)
+        before.stop_cleanly()
     # Same bookie id, same directories: the cookies match, as upstream's own restart needs.
     with ours.bookie("b1", port=before.port, dirs=before.dirs) as after:
         # bookiesim answers upstream's ReadLac with the explicit LAC upstream's index header
@@ -200,14 +203,14 @@ def test_upstream_directories_handed_to_bookiesim(upstream: Upstream, ours: Book
         for ledger in ledgers:
             assert upstream.read_ledger(ledger) == list(range(120))
         _read_whole(ours, ledgers)
-        assert after.stop_cleanly(), tail(after.log)
+        after.stop_cleanly()
 
 
 def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Bookiesim) -> None:
     with ours.bookie("b1") as before:
         ledgers = [ours.write_ledger(1, 1, 1, 120) for _ in range(3)]
         ours.ledger("close", str(ledgers[0]))
-        assert before.stop_cleanly(), tail(before.log)
+        before.stop_cleanly()
     with upstream.bookie("u1", port=before.port, dirs=before.dirs) as after:
         assert upstream.read_ledger(ledgers[0]) == list(range(120))
         for ledger in ledgers[1:]:
@@ -218,7 +221,7 @@ def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Book
             assert upstream.read_ledger(ledger) == []
             assert upstream.read_ledger(ledger) == list(range(120))
         _read_whole(ours, ledgers)
-        assert after.stop_cleanly(), tail(after.log)
+        after.stop_cleanly()
 
 
 # -- auto-recovery across implementations -------------------------------------------------------
