@@ -43,12 +43,14 @@ class SyncThread:
         metrics: BookieMetrics,
         *,
         on_storage_failed: Callable[[OSError], None],
+        on_write_failed: Callable[[OSError], None] = lambda exc: None,
     ) -> None:
         self._cfg = cfg
         self._storage = storage
         self._journal = journal
         self._metrics = metrics
         self._on_storage_failed = on_storage_failed
+        self._on_write_failed = on_write_failed
         self.lock = trio.Lock()
         """Held for a whole checkpoint; GC's compaction takes it too, so that it never
         deletes a log a checkpoint is flushing."""
@@ -97,5 +99,7 @@ class SyncThread:
             except OSError as exc:
                 # A write to the OS failed (a full disk): nothing was claimed durable, and
                 # what was not written stays in memory. Upstream logs and retries next
-                # period; the mark is not persisted, so nothing acknowledged is at risk.
+                # period; the mark is not persisted, so nothing acknowledged is at risk. For
+                # lack of space the bookie turns read-only (upstream: allDisksFull).
                 log.error("checkpoint failed, will retry: %s", exc)
+                self._on_write_failed(exc)
