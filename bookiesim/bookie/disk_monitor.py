@@ -88,6 +88,8 @@ def check_directories(cfg: BookieConfig) -> None:
             with tempfile.NamedTemporaryFile(dir=current, prefix=".probe-"):
                 pass
         except OSError as exc:
+            if is_out_of_space(exc):
+                continue  # a full disk is no refusal: the bookie starts read-only
             reason = exc.strerror or str(exc)
             raise UnusableDirectoryError(
                 exc.errno, f"{role} directory {d} is not writable: {reason}"

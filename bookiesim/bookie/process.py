@@ -409,10 +409,10 @@ def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
         return exit_codes.UNCLEAN_STOP
     if stopped_by_itself:
         log.error(
-            "stopped: every ledger directory is full and readOnlyModeEnabled=false; exit code %d",
-            exit_codes.DISKS_FULL,
+            "stopped instead of turning read-only (readOnlyModeEnabled=false); exit code %d",
+            exit_codes.READ_ONLY_DISABLED,
         )
-        return exit_codes.DISKS_FULL
+        return exit_codes.READ_ONLY_DISABLED
     return exit_codes.OK
 
 

@@ -187,8 +187,9 @@ async def _journey(
                 written.append(payload)
         assert spare_id in lh.ensemble
         assert used_fraction(filler.parent) > 0.85
-        # Read-only as upstream says it: registration, admin API, metric, answers.
-        assert full_id in await read_only_bookies(store)
+        # Read-only as upstream says it: registration (moved just after the bookie turned
+        # read-only, maybe after the writer's replacement), admin API, metric, answers.
+        await await_for(lambda: _has(read_only_bookies(store), full_id))
         assert full_id not in await live_bookies(store)
         assert get_json(full.state_url)["readOnly"] is True
         assert get_json(full.info_url)["state"] == "read_only"
@@ -280,7 +281,7 @@ def test_all_disks_full_without_read_only_mode_stops_the_bookie(tmp_path: Path) 
             *DISK_SETTINGS,
             "readOnlyModeEnabled=false",
         ) as bookie:
-            assert bookie.proc.wait(timeout=30) == exit_codes.DISKS_FULL
+            assert bookie.proc.wait(timeout=30) == exit_codes.READ_ONLY_DISABLED
         log = bookie.log_path.read_text()
         assert "readOnlyModeEnabled=false: shutting down" in log
         assert "Traceback" not in log
