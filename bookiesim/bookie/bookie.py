@@ -151,8 +151,7 @@ class Bookie:
         )
         # Upstream's monitor checks once before the bookie starts: on full disks it starts
         # read-only (or, with readOnlyModeEnabled=false, stops).
-        self.disk_monitor.check()
-        self._disk_checked()
+        self.check_disks()
 
     # -- read-only mode (upstream's BookieStateManager) -----------------------------------
 
@@ -167,6 +166,11 @@ class Bookie:
         if is_out_of_space(error):
             self.disk_monitor.out_of_space(error)
             self._disk_checked()
+
+    def check_disks(self) -> None:
+        """The disk check now, as every ``diskCheckInterval``: read-only or writable again."""
+        self.disk_monitor.check()
+        self._disk_checked()
 
     def _disk_checked(self) -> None:
         self.gc.disk_state_is(self.disk_monitor.disk_state)

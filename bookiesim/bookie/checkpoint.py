@@ -58,7 +58,18 @@ class SyncThread:
         """The mark the last checkpoint of this process wrote to every ledger dir."""
 
     async def checkpoint(self) -> LogMark:
-        """Mark first, storage durable, then persist the mark; returns the mark."""
+        """Mark first, storage durable, then persist the mark; returns the mark. A write
+        that fails (not an fsync) is also told to ``on_write_failed`` before it propagates:
+        for lack of space the bookie turns read-only (upstream: allDisksFull)."""
+        try:
+            return await self._checkpoint()
+        except StorageFailedError:
+            raise
+        except OSError as exc:
+            self._on_write_failed(exc)
+            raise
+
+    async def _checkpoint(self) -> LogMark:
         async with self.lock:
             started = trio.current_time()
             mark = self._journal.synced_mark
@@ -99,7 +110,5 @@ class SyncThread:
             except OSError as exc:
                 # A write to the OS failed (a full disk): nothing was claimed durable, and
                 # what was not written stays in memory. Upstream logs and retries next
-                # period; the mark is not persisted, so nothing acknowledged is at risk. For
-                # lack of space the bookie turns read-only (upstream: allDisksFull).
+                # period; the mark is not persisted, so nothing acknowledged is at risk.
                 log.error("checkpoint failed, will retry: %s", exc)
-                self._on_write_failed(exc)

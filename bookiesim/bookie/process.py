@@ -321,20 +321,22 @@ async def run_until_signalled(
                     "journalDirectory": str(cfg.effective_journal_directories[0]),
                 }
                 print(json.dumps(ready), flush=True)
-            nursery.start_soon(_stop_when_requested, service.bookie, nursery.cancel_scope)
+            nursery.start_soon(_stop_when_requested, service.bookie, nursery.cancel_scope, stopped)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
-    if stopped is not None and service.bookie.stop_requested.is_set():
-        stopped.append(True)
     return service.bookie.shutdown_errors
 
 
-async def _stop_when_requested(bookie: Bookie, scope: trio.CancelScope) -> None:
+async def _stop_when_requested(
+    bookie: Bookie, scope: trio.CancelScope, stopped: list[bool] | None
+) -> None:
     """The bookie asked to stop by itself (readOnlyModeEnabled=false and it would turn
-    read-only): stop as on SIGTERM."""
+    read-only): stop as on SIGTERM, and say so in ``stopped``."""
     await bookie.stop_requested.wait()
+    if stopped is not None:
+        stopped.append(True)
     scope.cancel()
 
 
