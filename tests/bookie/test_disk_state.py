@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.disk_state import (
     DirSpace,
     DirsState,
@@ -29,6 +30,12 @@ def groups(draw: st.DrawFn) -> DirsState:
     dirs = DIRS[: draw(st.integers(1, len(DIRS)))]
     filled = draw(st.sets(st.sampled_from(dirs)))
     return DirsState(dirs, frozenset(filled))
+
+
+def test_thresholds_are_upstreams_keys_and_the_mark_defaults_to_the_threshold() -> None:
+    assert DiskThresholds.from_config(BookieConfig()) == DiskThresholds(0.95, 0.90, 0.95)
+    cfg = BookieConfig().replace(disk_usage_lwm_threshold=0.7)
+    assert DiskThresholds.from_config(cfg).lwm == 0.7
 
 
 def test_a_writable_dir_above_the_threshold_is_filled_and_above_warn_almost_full() -> None:
