@@ -35,7 +35,7 @@ test: $(STAMP)
 # The areas held to 90% branch coverage (tests/coverage_areas.py), measured in `make test` on
 # their own tests: code no socket or clock decides, so the figure is the same on any machine.
 AREA_TESTS := tests/proto tests/entrylog tests/gc \
-	tests/bookie/test_config.py tests/bookie/test_ledger_state.py \
+	tests/bookie/test_config.py tests/bookie/test_ledger_state.py tests/bookie/test_disk_state.py \
 	tests/bookie/test_journal_format.py tests/bookie/test_journal_files.py \
 	tests/bookie/test_ledger_index.py tests/bookie/test_log_mark.py \
 	tests/client/test_handle_state.py tests/client/test_handle_state_machine.py \

@@ -23,6 +23,7 @@ FLOOR = 90.0
 
 PURE_BOOKIE = (
     "bookie/config.py",
+    "bookie/disk_state.py",
     "bookie/errors.py",
     "bookie/exit_codes.py",
     "bookie/index_format.py",

@@ -31,8 +31,14 @@ import trio
 
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.checkpoint import SyncThread
-from bookiesim.bookie.disk_monitor import LedgerDirsMonitor
-from bookiesim.bookie.errors import BookieError, BookieIOError, FencedError, NoLedgerError
+from bookiesim.bookie.disk_monitor import LedgerDirsMonitor, is_out_of_space
+from bookiesim.bookie.errors import (
+    BookieError,
+    BookieIOError,
+    FencedError,
+    NoLedgerError,
+    ReadOnlyError,
+)
 from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.handles import HandleFactory
 from bookiesim.bookie.journal import files as journal_files
@@ -104,12 +110,20 @@ class Bookie:
             on_sync=self._on_journal_sync,
             on_fail=self._went_read_only,
         )
-        self.read_only = trio.Event()
-        """Set when the bookie stops taking adds (:attr:`failure`), for whoever must tell
-        the world (its registration moves under ``available/readonly``)."""
+        self._read_only = False
+        self._mode_changed = trio.Event()
+        self.stop_requested = trio.Event()
+        """Set when the bookie must stop by itself: it would turn read-only, and
+        ``readOnlyModeEnabled`` is false (upstream shuts down then)."""
         self.sync_thread = SyncThread(
-            cfg, self.storage, self.journal, self.metrics, on_storage_failed=self._went_read_only
+            cfg,
+            self.storage,
+            self.journal,
+            self.metrics,
+            on_storage_failed=self._went_read_only,
+            on_write_failed=self._write_failed,
         )
+        self.storage.on_write_failed = self._write_failed
         self.disk_monitor = LedgerDirsMonitor(cfg)
         self.gc = _garbage_collector(cfg, self)
         usage = self.gc.usage
@@ -133,19 +147,70 @@ class Bookie:
             ledgers=lambda: len(self.storage.ledger_ids()),
             writable_dirs=self.disk_monitor.writable_ledger_dirs,
             disk_usage=self.disk_monitor.used_fraction,
-            server_status=lambda: 1 if self.failure is None else 0,
+            server_status=lambda: 0 if self._read_only else 1,
         )
+        # Upstream's monitor checks once before the bookie starts: on full disks it starts
+        # read-only (or, with readOnlyModeEnabled=false, stops).
+        self.check_disks()
+
+    # -- read-only mode (upstream's BookieStateManager) -----------------------------------
 
     def _went_read_only(self, error: OSError) -> None:
-        if not self.read_only.is_set():
-            log.warning("bookie read-only until restarted: %s", error)
-            self.read_only.set()
+        log.error("bookie read-only until restarted: %s", error)
+        self._update_mode()
+
+    def _write_failed(self, error: OSError) -> None:
+        """A write of the ledger storage or the checkpoint failed: for lack of space, every
+        ledger directory counts as full from now on (read-only until the disk check finds
+        room below the low-water mark), as upstream's SyncThread reports ``allDisksFull``."""
+        if is_out_of_space(error):
+            self.disk_monitor.out_of_space(error)
+            self._disk_checked()
+
+    def check_disks(self) -> None:
+        """The disk check now, as every ``diskCheckInterval``: read-only or writable again."""
+        self.disk_monitor.check()
+        self._disk_checked()
+
+    def _disk_checked(self) -> None:
+        self.gc.disk_state_is(self.disk_monitor.disk_state)
+        self._update_mode()
 
     @property
     def failure(self) -> OSError | None:
-        """Why this bookie takes no more adds (its journal or its storage failed): it is
-        read-only until restarted. None while writable."""
+        """Why this bookie takes no more adds until restarted (its journal or its storage
+        failed); None otherwise."""
         return self.journal.failed or self.storage.failed
+
+    @property
+    def is_read_only(self) -> bool:
+        """Adds are refused (EREADONLY): a failure (:attr:`failure`), or every ledger (or
+        index) directory full (:mod:`.disk_monitor`); reads and fencing go on."""
+        return self._read_only
+
+    def _update_mode(self) -> None:
+        read_only = self.failure is not None or self.disk_monitor.all_full
+        if read_only == self._read_only:
+            return
+        self._read_only = read_only
+        if not read_only:
+            log.warning("bookie is writable again: ledger directories have room")
+        elif not self.cfg.read_only_mode_enabled:
+            log.error(
+                "bookie must turn read-only and readOnlyModeEnabled=false: shutting down "
+                "(set readOnlyModeEnabled=true to keep serving reads)"
+            )
+            self.stop_requested.set()
+        elif self.failure is None:
+            log.warning("bookie is read-only: every ledger directory is full")
+        self._mode_changed.set()
+        self._mode_changed = trio.Event()
+
+    async def wait_mode(self, *, read_only: bool) -> None:
+        """Return once the bookie is read-only (or writable, with ``read_only=False``):
+        whoever tells the world (the registration) follows it with this."""
+        while self._read_only != read_only:
+            await self._mode_changed.wait()
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -163,7 +228,7 @@ class Bookie:
                 if self.storage.entry_logger.expires_on_timer:
                     nursery.start_soon(self._expiry_loop)
                 await nursery.start(self.gc.run)
-                nursery.start_soon(self.disk_monitor.run, self.gc.disk_checked)
+                nursery.start_soon(self.disk_monitor.run, self._disk_checked)
                 self.ready.set()
                 task_status.started()
                 await trio.sleep_forever()
@@ -186,7 +251,7 @@ class Bookie:
                 if self.storage.failed is None:
                     await self.checkpoint()
         except OSError as exc:
-            self._shutdown_error("final checkpoint failed; the next start replays the journal", exc)
+            self._shutdown_error("final checkpoint failed", exc)
         finally:
             try:
                 await self.journal.aclose()
@@ -199,6 +264,11 @@ class Bookie:
                     self._shutdown_error("closing the ledger storage failed", exc)
 
     def _shutdown_error(self, what: str, exc: OSError) -> None:
+        if is_out_of_space(exc):
+            # A full disk is no disk error: nothing was claimed durable that is not, and the
+            # journal holds every acknowledged entry past lastMark. One line, a clean stop.
+            log.warning("%s: no space left (%s); the next start replays the journal", what, exc)
+            return
         log.error("%s: %s", what, exc)
         self.shutdown_errors.append(f"{what}: {exc}")
 
@@ -305,8 +375,9 @@ class Bookie:
         """
         if header is None:
             header = entry_header(body)
-        if (failure := self.failure) is not None:
-            raise BookieIOError(str(failure))
+        if self._read_only:
+            # Before any other check, as upstream's processors answer EREADONLY.
+            raise ReadOnlyError("bookie is read-only")
         ledger_id = header.ledger_id
         storage = self.storage
         if observers := self._add_observers:
@@ -317,6 +388,7 @@ class Bookie:
         try:
             storage.add_entry(header, body)
         except OSError as exc:
+            self._write_failed(exc)
             raise BookieIOError(f"ledger {ledger_id}: {exc}") from exc
         handle.advance_lac(header.lac)
         journal = self.journal
@@ -380,6 +452,8 @@ class Bookie:
     def write_lac(
         self, ledger_id: int, lac: int, master_key: bytes, blob: bytes, done: Completion
     ) -> None:
+        if self._read_only:
+            raise ReadOnlyError("bookie is read-only")
         handle = self.handles.get_handle(ledger_id, master_key)
         self.storage.set_explicit_lac(ledger_id, blob)
         handle.advance_lac(lac)
@@ -447,7 +521,7 @@ class Bookie:
                 "fileId": self.journal.synced_mark.file_id,
                 "offset": self.journal.synced_mark.offset,
             },
-            "state": "read_only" if self.failure else "writable",
+            "state": "read_only" if self._read_only else "writable",
         }
 
 

@@ -43,12 +43,14 @@ class SyncThread:
         metrics: BookieMetrics,
         *,
         on_storage_failed: Callable[[OSError], None],
+        on_write_failed: Callable[[OSError], None] = lambda exc: None,
     ) -> None:
         self._cfg = cfg
         self._storage = storage
         self._journal = journal
         self._metrics = metrics
         self._on_storage_failed = on_storage_failed
+        self._on_write_failed = on_write_failed
         self.lock = trio.Lock()
         """Held for a whole checkpoint; GC's compaction takes it too, so that it never
         deletes a log a checkpoint is flushing."""
@@ -56,7 +58,18 @@ class SyncThread:
         """The mark the last checkpoint of this process wrote to every ledger dir."""
 
     async def checkpoint(self) -> LogMark:
-        """Mark first, storage durable, then persist the mark; returns the mark."""
+        """Mark first, storage durable, then persist the mark; returns the mark. A write
+        that fails (not an fsync) is also told to ``on_write_failed`` before it propagates:
+        for lack of space the bookie turns read-only (upstream: allDisksFull)."""
+        try:
+            return await self._checkpoint()
+        except StorageFailedError:
+            raise
+        except OSError as exc:
+            self._on_write_failed(exc)
+            raise
+
+    async def _checkpoint(self) -> LogMark:
         async with self.lock:
             started = trio.current_time()
             mark = self._journal.synced_mark

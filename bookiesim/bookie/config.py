@@ -660,7 +660,8 @@ class BookieConfig:
         _DISKS,
         "readOnlyModeEnabled",
         True,
-        meaning="Turn read-only when every ledger disk is full; false = shut down instead.",
+        meaning="Turn read-only (adds answered EREADONLY, registered under available/readonly) "
+        "when every ledger disk is full; false = shut down instead (exit code 5).",
     )
     disk_usage_threshold: float = _key(
         _DISKS,
@@ -668,7 +669,8 @@ class BookieConfig:
         0.95,
         unit="fraction",
         meaning="A disk used above this fraction is full: no new entry logs on it, and "
-        "compaction is suspended (GC is forced instead with isForceGCAllowWhenNoSpace).",
+        "compaction is suspended (GC is forced instead with isForceGCAllowWhenNoSpace); "
+        "every ledger disk full turns the bookie read-only.",
     )
     disk_usage_warn_threshold: float = _key(
         _DISKS,
@@ -680,13 +682,23 @@ class BookieConfig:
         meaning="A disk used above this fraction is almost full: major compaction is "
         "suspended (GC is forced instead with isForceGCAllowWhenNoSpace).",
     )
+    disk_usage_lwm_threshold: float = _key(
+        _DISKS,
+        "diskUsageLwmThreshold",
+        -1.0,
+        unit="fraction",
+        meaning="Low-water mark: a read-only bookie whose ledger disks are full turns writable "
+        "again once their total usage is below this fraction (and a disk below "
+        "diskUsageThreshold). -1 = diskUsageThreshold, as upstream's default.",
+        upstream_default="diskUsageThreshold",
+    )
     disk_check_interval: int = _key(
         _DISKS,
         "diskCheckInterval",
         10000,
         unit="ms",
         minimum=1,
-        meaning="Period of the disk usage check.",
+        meaning="Period of the disk usage check that turns the bookie read-only and back.",
     )
 
     # --- Auto-recovery -------------------------------------------------------------------
@@ -836,6 +848,12 @@ class BookieConfig:
     def effective_index_directories(self) -> tuple[Path, ...]:
         """The index directories in use: indexDirectories, else ledgerDirectories."""
         return self.index_directories or self.ledger_directories
+
+    @property
+    def effective_disk_usage_lwm_threshold(self) -> float:
+        """diskUsageLwmThreshold, or diskUsageThreshold where it is not set (-1)."""
+        lwm = self.disk_usage_lwm_threshold
+        return self.disk_usage_threshold if lwm < 0 else lwm
 
     @property
     def minor_compaction_enabled(self) -> bool:
@@ -1389,6 +1407,18 @@ def _disk_warn_vs_full(c: BookieConfig) -> str | None:
     return None
 
 
+def _disk_lwm_vs_full(c: BookieConfig) -> str | None:
+    # Upstream's LedgerDirsMonitor refuses a low-water mark above the threshold (1e-6 slack).
+    lwm = c.disk_usage_lwm_threshold
+    if lwm == -1.0:
+        return None
+    if not 0.0 < lwm < 1.0:
+        return f"must be > 0 and < 1 (or -1 for diskUsageThreshold), got {lwm!r}"
+    if lwm - c.disk_usage_threshold > 1e-6:
+        return f"{lwm!r} is above diskUsageThreshold ({c.disk_usage_threshold!r})"
+    return None
+
+
 def _ledger_storage_known(c: BookieConfig) -> str | None:
     name = c.ledger_storage_class
     if name in _LEDGER_STORAGE_CLASSES:
@@ -1479,6 +1509,12 @@ RULES: Final[tuple[Rule, ...]] = (
         "diskUsageWarnThreshold <= diskUsageThreshold.",
         True,
         _disk_warn_vs_full,
+    ),
+    Rule(
+        ("diskUsageLwmThreshold", "diskUsageThreshold"),
+        "0 < diskUsageLwmThreshold <= diskUsageThreshold, or -1 (= diskUsageThreshold).",
+        True,
+        _disk_lwm_vs_full,
     ),
     Rule(
         ("ledgerStorageClass",),

@@ -16,8 +16,20 @@ moved, another cluster): the bookie opened no storage. Upstream's bookie exits 2
 (``SERVER_EXCEPTION``) for this, as for any failure to build its server; a code of its own
 tells an operator to look at the directories, not at the configuration's syntax."""
 
+READ_ONLY_DISABLED = 5
+"""The bookie had to turn read-only (every ledger disk full, or its journal or storage
+failed) and ``readOnlyModeEnabled=false``: it stopped by itself instead (final checkpoint
+attempted, nothing acknowledged lost). Upstream exits with the same code
+(``BOOKIE_EXCEPTION``) then."""
+
+UNUSABLE_DIRECTORY = 6
+"""A journal, ledger or index directory cannot be written (read-only file system, no
+permission, not a directory): the bookie opened nothing. The log line names it."""
+
 MEANINGS = {
     BAD_CONFIGURATION: "bad configuration",
     UNCLEAN_STOP: "its stop logged a disk error; nothing acknowledged is lost",
     INVALID_COOKIE: "its cookies do not match its configuration (see its log)",
+    READ_ONLY_DISABLED: "it had to turn read-only and readOnlyModeEnabled=false (see its log)",
+    UNUSABLE_DIRECTORY: "one of its directories cannot be written (see its log)",
 }

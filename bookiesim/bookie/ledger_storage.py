@@ -113,6 +113,9 @@ class LedgerStorage:
         self.entry_logger = entry_logger
         self.index = index
         self._failure = _FailureLatch()
+        self.on_write_failed: Callable[[OSError], None] | None = None
+        """Told of a write that failed in the background (the sorted storage's flusher),
+        so that the bookie can turn read-only when it was for lack of space."""
 
     @classmethod
     def from_config(

@@ -563,8 +563,9 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         kind=Kind.GAUGE,
         unit="dirs",
         prom_unit=False,
-        meaning="Ledger directories whose disk is below diskUsageThreshold (read at scrape "
-        "time with statvfs).",
+        meaning="Ledger directories not full at the last disk check (full above "
+        "diskUsageThreshold; while none is writable, back only below diskUsageLwmThreshold); "
+        "0 = the bookie is read-only.",
         upstream="`bookie_ledger_writable_dirs`",
     ),
     MetricSpec(
@@ -581,7 +582,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         kind=Kind.GAUGE,
         unit="",
         prom_unit=False,
-        meaning="1 when the bookie is writable, 0 when read-only.",
+        meaning="1 when the bookie is writable, 0 when read-only (every ledger disk full, or "
+        "its journal or storage failed).",
         upstream="`bookie_SERVER_STATUS`",
     ),
 )

@@ -42,6 +42,7 @@ from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.cookie_check import CookieError, check_cookies
 from bookiesim.bookie.descriptors import DescriptorLimitError, plan_for_config, raise_soft_limit
+from bookiesim.bookie.disk_monitor import UnusableDirectoryError, check_directories
 from bookiesim.bookie.gc_admin import add_gc_routes
 from bookiesim.bookie.handlers import RequestProcessor
 from bookiesim.bookie.http_admin import (
@@ -168,7 +169,8 @@ class BookieService:
         return json_response(self.info())
 
     async def _state(self, request: AdminRequest) -> AdminResponse:
-        writable = self.bookie.failure is None
+        # High-priority writes are refused too while read-only (docs/bookie.md, disk full).
+        writable = not self.bookie.is_read_only
         return json_response(
             {
                 "running": self.bookie.ready.is_set(),
@@ -195,6 +197,7 @@ class BookieService:
         """Check the cookies (:class:`CookieError` if this bookie must not start), open
         the bookie, serve and register; until cancelled."""
         cfg = self.cfg
+        check_directories(cfg)
         if not cfg.metadata_service_uri:
             await check_cookies(cfg)
             await self._serve(None, task_status=task_status)
@@ -270,10 +273,13 @@ class BookieService:
             gc.ledger_source = LedgerManager(store)
             try:
                 task_status.started()
-                await self.bookie.read_only.wait()
-                # As upstream: clients stop placing new ensembles here; reads go on.
-                await registration.set_read_only()
-                await trio.sleep_forever()
+                bookie = self.bookie
+                while True:
+                    # As upstream: clients stop placing new ensembles here; reads go on.
+                    await bookie.wait_mode(read_only=True)
+                    await registration.set_read_only()
+                    await bookie.wait_mode(read_only=False)
+                    await registration.set_writable()
             finally:
                 gc.ledger_source = None
 
@@ -283,10 +289,12 @@ async def run_until_signalled(
     *,
     announce: bool = True,
     companions: Sequence[Companion] = (),
+    stopped: list[bool] | None = None,
     task_status: trio.TaskStatus[BookieService] = trio.TASK_STATUS_IGNORED,
 ) -> list[str]:
-    """Serve (with ``companions`` beside the bookie) until SIGINT or SIGTERM, then stop
-    (final checkpoint). Returns the disk errors the stop logged
+    """Serve (with ``companions`` beside the bookie) until SIGINT or SIGTERM, or until the
+    bookie asks to stop (:attr:`Bookie.stop_requested`, then ``True`` is appended to
+    ``stopped``), then stop (final checkpoint). Returns the disk errors the stop logged
     (:attr:`Bookie.shutdown_errors`): empty when it was clean."""
     service = BookieService(cfg, companions)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -313,11 +321,23 @@ async def run_until_signalled(
                     "journalDirectory": str(cfg.effective_journal_directories[0]),
                 }
                 print(json.dumps(ready), flush=True)
+            nursery.start_soon(_stop_when_requested, service.bookie, nursery.cancel_scope, stopped)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
     return service.bookie.shutdown_errors
+
+
+async def _stop_when_requested(
+    bookie: Bookie, scope: trio.CancelScope, stopped: list[bool] | None
+) -> None:
+    """The bookie asked to stop by itself (readOnlyModeEnabled=false and it would turn
+    read-only): stop as on SIGTERM, and say so in ``stopped``."""
+    await bookie.stop_requested.wait()
+    if stopped is not None:
+        stopped.append(True)
+    scope.cancel()
 
 
 def _cookie_errors(exc: BaseException) -> list[CookieError]:
@@ -365,9 +385,16 @@ def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
     except DescriptorLimitError as exc:
         log.error("refusing to start: %s", exc)
         return exit_codes.BAD_CONFIGURATION
+    stopped_by_itself: list[bool] = []
     try:
-        errors = trio.run(partial(run_until_signalled, cfg, companions=companions))
+        errors = trio.run(
+            partial(run_until_signalled, cfg, companions=companions, stopped=stopped_by_itself)
+        )
     except BaseException as exc:
+        unusable = _unusable_directory(exc)
+        if unusable is not None:
+            log.error("refusing to start: %s", unusable)
+            return exit_codes.UNUSABLE_DIRECTORY
         refused = _cookie_errors(exc)
         if not refused:
             raise
@@ -382,4 +409,22 @@ def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
             "stopped with %d disk error(s); exit code %d", len(errors), exit_codes.UNCLEAN_STOP
         )
         return exit_codes.UNCLEAN_STOP
+    if stopped_by_itself:
+        log.error(
+            "stopped instead of turning read-only (readOnlyModeEnabled=false); exit code %d",
+            exit_codes.READ_ONLY_DISABLED,
+        )
+        return exit_codes.READ_ONLY_DISABLED
     return exit_codes.OK
+
+
+def _unusable_directory(exc: BaseException) -> UnusableDirectoryError | None:
+    """The :class:`UnusableDirectoryError` in ``exc``, however trio's nurseries grouped it."""
+    if isinstance(exc, UnusableDirectoryError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _unusable_directory(inner)
+            if found is not None:
+                return found
+    return None

@@ -258,6 +258,8 @@ class SortedLedgerStorage(LedgerStorage):
                     # The entries stay in the table and in the journal; the checkpoint
                     # retries them (and fails, keeping its mark, while the error lasts).
                     log.error("flushing the ledger storage's table failed: %s", exc)
+                    if self.on_write_failed is not None:
+                        self.on_write_failed(exc)
                     await trio.sleep(FLUSH_RETRY_SECONDS)
         finally:
             self._wake_flusher = None

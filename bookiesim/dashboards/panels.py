@@ -78,7 +78,8 @@ BOOKIES = Row(
             "Writable bookies",
             "short",
             (Target("sum(bookie_server_status{S} == 1) or vector(0)", "writable"),),
-            "Bookies whose journal works (bookie_server_status = 1).",
+            "Bookies that take adds (bookie_server_status = 1); a full ledger disk or a "
+            "failed journal or storage makes one read-only.",
             stat=True,
         ),
         Panel(
@@ -91,7 +92,8 @@ BOOKIES = Row(
             "Writable ledger dirs",
             "short",
             (Target("sum by (instance) (bookie_ledger_writable_dirs{S})", "{{instance}}"),),
-            "Ledger directories below diskUsageThreshold.",
+            "Ledger directories not full (diskUsageThreshold, back below "
+            "diskUsageLwmThreshold); 0 = the bookie is read-only.",
         ),
         Panel(
             "Disk usage (fullest ledger/index disk)",

@@ -403,19 +403,19 @@ class LogFiles:
         if writer.failed is None and not writer.sealed:
             try:
                 writer.append_ledgers_map()
-            except OSError:
-                _log.warning("could not seal entry log %x", log_id, exc_info=True)
+            except OSError as exc:  # no traceback: a full disk repeats it every checkpoint
+                _log.warning("could not seal entry log %x: %s", log_id, exc)
         kept: EntryLogWriter | None = None
         if writer.buffered_bytes:
             try:
                 writer.flush()
-            except OSError:
+            except OSError as exc:
                 _log.warning(
-                    "entry log %x keeps %d buffered bytes after a write error; it stays open "
-                    "until a checkpoint can write them",
+                    "entry log %x keeps %d buffered bytes after a write error (%s); it stays "
+                    "open until a checkpoint can write them",
                     log_id,
                     writer.buffered_bytes,
-                    exc_info=True,
+                    exc,
                 )
                 kept = writer
         if kept is None:

@@ -204,7 +204,12 @@ class GarbageCollector:
     def disk_checked(self, used_fraction: float, warn: float, full: float) -> DiskState:
         """Apply the disk rules (:func:`~bookiesim.gc.policy.disk_actions`) for the worst
         disk's used fraction; returns the new state."""
-        state = classify_disk(used_fraction, warn, full)
+        return self.disk_state_is(classify_disk(used_fraction, warn, full))
+
+    def disk_state_is(self, state: DiskState) -> DiskState:
+        """Apply the disk rules for the worst disk's state as the bookie's disk monitor
+        keeps it (a full disk stays full until the monitor finds it writable again, with
+        ``diskUsageLwmThreshold``'s hysteresis); returns it."""
         for action in disk_actions(
             self.disk_state, state, force_gc_allowed=self.force_gc_allow_when_no_space
         ):

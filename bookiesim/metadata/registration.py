@@ -361,7 +361,7 @@ class BookieRegistration:
                 async with self.store.watch(path) as changes:
                     async for change in changes:
                         if self.path != path:
-                            break  # moved by set_read_only: watch the new node
+                            break  # moved by set_read_only/set_writable: watch the new node
                         if not change.exists:
                             log.warning("%s vanished (session expired?); registering again", path)
                             await self._register()
@@ -385,6 +385,20 @@ class BookieRegistration:
         self.path = read_only
         await self._delete_if_ours(writable)
         log.warning("%s is read-only: registered as %s", self.info.bookie_id, self.path)
+
+    async def set_writable(self) -> None:
+        """Move the registration back to ``available`` (upstream's transition to writable
+        mode): the writable node is created before the read-only one goes, as upstream
+        registers first and then removes the read-only flag."""
+        if not self.read_only:
+            return
+        read_only = self.path
+        writable = join_path(available_path(self.root), self.info.bookie_id)
+        await self._register(writable)
+        self.read_only = False
+        self.path = writable
+        await self._delete_if_ours(read_only)
+        log.warning("%s is writable: registered as %s", self.info.bookie_id, self.path)
 
     async def _register(self, path: str | None = None) -> None:
         """Create the registration node at ``path`` (default: :attr:`path`)."""

@@ -229,11 +229,15 @@ class SimBookie:
         ``available/readonly``, as the bookie process does
         (:meth:`~bookiesim.metadata.registration.BookieRegistration.set_read_only`): clients
         then stop choosing it for ensembles, instead of replacing it and choosing it again."""
-        await bookie.read_only.wait()
-        await self._move_registration(self._read_only_node, self._writable_node)
-        self.cluster.history.trace(
-            f"{self.name} registered read-only ({describe_failure(bookie.failure)})"
-        )
+        while True:
+            await bookie.wait_mode(read_only=True)
+            await self._move_registration(self._read_only_node, self._writable_node)
+            self.cluster.history.trace(
+                f"{self.name} registered read-only ({describe_failure(bookie.failure)})"
+            )
+            await bookie.wait_mode(read_only=False)
+            await self._move_registration(self._writable_node, self._read_only_node)
+            self.cluster.history.trace(f"{self.name} registered writable again")
 
     async def _move_registration(self, to: str, away_from: str) -> None:
         """Create the node ``to`` first, then delete ``away_from``: the bookie is never

@@ -110,6 +110,8 @@ CHANGED_DEFAULTS: dict[str, tuple[object, object]] = {
     "entryLogPerLedgerEnabled": (True, False),
     "httpServerHost": ("127.0.0.1", "0.0.0.0"),
     "httpServerPort": (8000, 8080),
+    # Upstream's default is diskUsageThreshold's value; -1 stands for it here.
+    "diskUsageLwmThreshold": (-1.0, "diskUsageThreshold"),
 }
 
 BOOKIESIM_KEYS: dict[str, object] = {
@@ -441,6 +443,7 @@ BROKEN: list[tuple[str, str, str]] = [
     ("diskUsageThreshold=1.0", "diskUsageThreshold", "must be > 0 and < 1"),
     ("diskUsageThreshold=0\ndiskUsageWarnThreshold=0", "diskUsageThreshold", "> 0 and < 1"),
     ("diskUsageWarnThreshold=0.96", "diskUsageWarnThreshold", "above diskUsageThreshold"),
+    ("diskUsageLwmThreshold=0.96", "diskUsageLwmThreshold", "above diskUsageThreshold"),
     # bookiesim's own rules
     ("ledgerDirectories=", "ledgerDirectories", "at least one"),
     ("metadataServiceUri=mysql://db", "metadataServiceUri", "sqlite:///path or zk://"),
@@ -630,6 +633,7 @@ _SPECIAL = {
     "majorCompactionInterval",
     "diskUsageThreshold",
     "diskUsageWarnThreshold",
+    "diskUsageLwmThreshold",
     "journalAlignmentSize",
     "journalPreAllocSizeMB",
     "entryLogPerLedgerEnabled",
@@ -700,6 +704,7 @@ def valid_mappings(draw: st.DrawFn) -> dict[str, object]:
             "majorCompactionThreshold": major_t,
             "diskUsageThreshold": full,
             "diskUsageWarnThreshold": draw(st.floats(0.0, full)),
+            "diskUsageLwmThreshold": draw(st.just(-1.0) | st.floats(0.0, full, exclude_min=True)),
             "journalAlignmentSize": 512 * draw(st.integers(1, 2048)),
             "journalPreAllocSizeMB": draw(st.integers(1, 10**6)),
             "entryLogPerLedgerEnabled": elpl,
@@ -843,3 +848,12 @@ def test_ledger_storage_class_takes_upstream_names_and_the_4_3_switch(
     cfg = BookieConfig.from_mapping(mapping)
     expected = storage or cfg.ledger_storage_class.rsplit(".", 1)[-1]
     assert cfg.effective_ledger_storage == expected
+
+
+def test_disk_usage_lwm_threshold_defaults_to_the_threshold_and_may_not_exceed_it() -> None:
+    assert load("diskUsageThreshold=0.9").effective_disk_usage_lwm_threshold == 0.9
+    assert load("diskUsageLwmThreshold=0.8").effective_disk_usage_lwm_threshold == 0.8
+    error = error_of(lambda: load("diskUsageThreshold=0.9\ndiskUsageLwmThreshold=0.95"))
+    assert error.key == "diskUsageLwmThreshold"
+    assert "above diskUsageThreshold" in str(error)
+    assert error_of(lambda: load("diskUsageLwmThreshold=0")).key == "diskUsageLwmThreshold"

@@ -119,7 +119,7 @@ async def test_a_bookie_whose_disk_fails_registers_read_only(tmp_path: Path, fai
                     await svc.bookie.checkpoint()
             faults[failing].sync_error = False
             with trio.fail_after(10):
-                await svc.bookie.read_only.wait()
+                await svc.bookie.wait_mode(read_only=True)
                 # As upstream, the read-only node is created before the writable one is
                 # deleted: for a moment the bookie is listed in both, so wait for the end state.
                 while True:
@@ -128,5 +128,6 @@ async def test_a_bookie_whose_disk_fails_registers_read_only(tmp_path: Path, fai
                     ):
                         break
                     await trio.sleep(0.02)
-            assert (await client.add(1, 2, b"after")).status == pb.EIO
+            # Upstream's answer to an add on a read-only bookie.
+            assert (await client.add(1, 2, b"after")).status == pb.EREADONLY
             assert (await client.read(1, 0)).status == pb.EOK

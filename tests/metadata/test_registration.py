@@ -278,6 +278,28 @@ async def test_a_read_only_bookie_moves_under_readonly(store: MetadataStore) -> 
     assert await registered_bookies(store) == set()
 
 
+async def test_a_writable_again_bookie_moves_back_to_available(backend: Backend) -> None:
+    # Upstream's transition to writable mode (the disk has room again): offered for new
+    # ensembles again, and the registration's watch follows the node to each place.
+    async with backend.open() as store, backend.open() as observer:
+        async with register_bookie(store, BOOKIE) as registration:
+            await registration.set_writable()  # writable already: nothing to do
+            assert registration.registrations == 1
+            for _ in range(2):
+                await registration.set_read_only()
+                assert list(await read_only_bookies(observer)) == [BOOKIE.bookie_id]
+                await registration.set_writable()
+                assert registration.path == "/ledgers/available/127.0.0.1:3181"
+                assert await live_bookies(observer) == {BOOKIE.bookie_id: BOOKIE}
+                assert await read_only_bookies(observer) == {}
+            # The watch moved with it: a lost node is registered again where it now is.
+            await store.delete(registration.path)
+            with trio.fail_after(backend.session_timeout * 5 + 5):
+                while BOOKIE.bookie_id not in await live_bookies(observer):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        assert await registered_bookies(observer) == set()
+
+
 async def test_a_read_only_registration_comes_back_after_session_expiry(
     backend: Backend,
 ) -> None:
