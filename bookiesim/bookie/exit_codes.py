@@ -16,8 +16,16 @@ moved, another cluster): the bookie opened no storage. Upstream's bookie exits 2
 (``SERVER_EXCEPTION``) for this, as for any failure to build its server; a code of its own
 tells an operator to look at the directories, not at the configuration's syntax."""
 
+UNAVAILABLE = 5
+"""What the bookie needs from outside was not there at start: its port was taken (the line
+names the address and ``bookiePort`` or ``httpServerPort``) or its metadata store did not
+answer within its connect timeout (the line names the URI). Upstream's bookie exits 2
+(``SERVER_EXCEPTION``) for these; a code of its own tells an operator to look at the
+machine, not at the configuration or the directories."""
+
 MEANINGS = {
     BAD_CONFIGURATION: "bad configuration",
     UNCLEAN_STOP: "its stop logged a disk error; nothing acknowledged is lost",
     INVALID_COOKIE: "its cookies do not match its configuration (see its log)",
+    UNAVAILABLE: "its port is taken or its metadata store did not answer (see its log)",
 }
