@@ -69,6 +69,11 @@ def test_a_taken_port_is_named_with_its_key(tmp_path: Path) -> None:
     assert line.endswith(
         f"cannot run: cannot listen on 127.0.0.1:{port} (bookiePort): Address already in use"
     )
+    # Sizing the default caches to the open-file limit is no news: no WARNING at start.
+    assert " WARNING " not in done.stderr
+    assert "(default 20000, sized to the limit)" in done.stderr or "openFileLimit=20000" in (
+        done.stderr
+    )
     assert admin.returncode == exit_codes.UNAVAILABLE
     (line,) = errors(admin.stderr)
     assert f":{port} (httpServerPort): Address already in use" in line
