@@ -32,9 +32,13 @@ its soft limit to the hard one, as the JVM does for upstream's bookie
 (:func:`raise_soft_limit`), and then :func:`plan_descriptors` shares what the reserve leaves
 among the caches, max-min fair: each cache gets an equal share, a cache configured below its
 share keeps its configured value, and what it leaves over is shared among the others again.
-A configured value larger than its share is lowered (the process logs a WARNING naming the
-key); the configured values are kept whenever they fit. A limit that cannot give each cache
-one descriptor beyond the reserve is refused (:class:`DescriptorLimitError`, one line).
+A configured value larger than its share is lowered; the configured values are kept
+whenever they fit. A default lowered is the normal sizing (upstream's 20,000 index files
+exceed most limits), so it is only named in the INFO line; a value the operator chose and
+that was lowered gets a WARNING naming the key. (A value set to its default is taken for
+the default: the configuration does not record which keys were written out.) A limit
+that cannot give each cache one descriptor beyond the reserve is refused
+(:class:`DescriptorLimitError`, one line).
 
 Only :func:`raise_soft_limit` touches the process; the rest is arithmetic, tested with
 hypothesis (``tests/bookie/test_descriptors.py``). The budget is for a process running one
@@ -117,6 +121,11 @@ class CacheShare:
     def lowered(self) -> bool:
         return self.given < self.configured
 
+    @property
+    def is_default(self) -> bool:
+        """Configured at its default (not a value the operator chose)."""
+        return self.configured == _DEFAULTS[self.key]
+
 
 @dataclass(frozen=True, slots=True)
 class DescriptorBudget:
@@ -142,18 +151,29 @@ class DescriptorBudget:
         return cfg.replace(**changes) if changes else cfg
 
     def warnings(self) -> list[str]:
-        """One line per lowered cache, naming its key (the process logs them as WARNINGs)."""
+        """One line per lowered cache the operator configured (not at its default), naming
+        its key (the process logs them as WARNINGs); a lowered default is normal sizing, told
+        by :meth:`describe`."""
         return [
-            f"{c.key}={c.configured}{' (the default)' if c.configured == _DEFAULTS[c.key] else ''}"
-            f" lowered to {c.given} to stay within the open-file limit of {self.limit}"
+            f"{c.key}={c.configured} lowered to {c.given} to stay within the open-file limit "
+            f"of {self.limit}"
             for c in self.lowered()
+            if not c.is_default
         ]
 
     def describe(self, raised_from: int | None = None) -> str:
         """The one INFO line: the limit (and the soft limit it was raised from) and what each
-        cache got."""
+        cache got, with the default of each default sized down."""
         raised = "" if raised_from is None else f" (soft limit raised from {raised_from})"
-        caches = ", ".join(f"{c.key}={c.given}" for c in self.caches)
+        caches = ", ".join(
+            f"{c.key}={c.given}"
+            + (
+                f" (default {c.configured}, sized to the limit)"
+                if c.lowered and c.is_default
+                else ""
+            )
+            for c in self.caches
+        )
         return (
             f"descriptor budget: limit {self.limit}{raised}: {caches}; {self.reserve} kept "
             f"for the journal, sockets ({self.sockets}), the metadata store, the admin and "

@@ -26,10 +26,18 @@ UNUSABLE_DIRECTORY = 6
 """A journal, ledger or index directory cannot be written (read-only file system, no
 permission, not a directory): the bookie opened nothing. The log line names it."""
 
+UNAVAILABLE = 7
+"""What the bookie needs from outside was not there at start: its port was taken (the line
+names the address and ``bookiePort`` or ``httpServerPort``) or its metadata store did not
+answer within its connect timeout (the line names the URI). Upstream's bookie exits 2
+(``SERVER_EXCEPTION``) for these; a code of its own tells an operator to look at the
+machine, not at the configuration or the directories."""
+
 MEANINGS = {
     BAD_CONFIGURATION: "bad configuration",
     UNCLEAN_STOP: "its stop logged a disk error; nothing acknowledged is lost",
     INVALID_COOKIE: "its cookies do not match its configuration (see its log)",
     READ_ONLY_DISABLED: "it had to turn read-only and readOnlyModeEnabled=false (see its log)",
     UNUSABLE_DIRECTORY: "one of its directories cannot be written (see its log)",
+    UNAVAILABLE: "its port is taken or its metadata store did not answer (see its log)",
 }

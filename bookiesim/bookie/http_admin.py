@@ -40,6 +40,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import h11
 import trio
 
+from bookiesim.bookie.listen import open_listeners
+
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_BODY",
@@ -181,9 +183,11 @@ async def serve_admin(
     max_body: int = DEFAULT_MAX_BODY,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    key: str = "httpServerPort",
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``router`` on ``host:port`` until cancelled; ``task_status.started(bound_port)``.
+    """Serve ``router`` on ``host:port`` until cancelled; ``task_status.started(bound_port)``;
+    :class:`~bookiesim.bookie.listen.ListenError` naming ``key`` if it cannot listen.
 
     ``host`` None (or "") listens on every interface.
 
@@ -191,7 +195,7 @@ async def serve_admin(
     127.0.0.1 and ::1), port 0 would give each listener a different free port, so only the
     first is kept and its port is the one reported.
     """
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    listeners = await open_listeners(host or None, port, key)
     if port == 0 and len(listeners) > 1:
         for extra in listeners[1:]:
             await extra.aclose()

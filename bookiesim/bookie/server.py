@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
 
+from bookiesim.bookie.listen import open_listeners
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import (
@@ -105,10 +106,12 @@ class BookieServer:
         host: str,
         port: int,
         *,
+        key: str = "bookiePort",
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen on ``host:port`` (0 = a free port) and report the bound port."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        """Listen on ``host:port`` (0 = a free port) and report the bound port;
+        :class:`~bookiesim.bookie.listen.ListenError` naming ``key`` if it cannot."""
+        listeners = await open_listeners(host, port, key)
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self.handle_connection, listeners)

@@ -8,16 +8,23 @@ imports auto-recovery.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import TYPE_CHECKING
 
 from bookiesim.autorecovery.service import AutoRecoveryCompanion
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
+from bookiesim.bookie.listen import ListenError
 from bookiesim.bookie.process import main_sync
+from bookiesim.cli.client_actions import expected_error
+from bookiesim.metadata.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
     import argparse
+
+log = logging.getLogger("bookiesim.bookie.process")
+"""The bookie's own logger: the refusal reads like its other start-up lines."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Run one bookie. When it serves, one JSON line goes to stdout with bookiePort, "
             "httpServerPort, bookieId and pid. SIGINT/SIGTERM stop it after a final checkpoint; "
-            "the exit code is 3 if that stop logged a disk error, 2 for a bad configuration. "
+            "the exit code is 3 if that stop logged a disk error, 2 for a bad configuration, "
+            "4 when its cookies refuse the start, 5 when its port is taken or its metadata "
+            "store does not answer. "
             "With autoRecoveryDaemonEnabled=true it also runs auto-recovery."
         ),
     )
@@ -57,6 +66,28 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
     return BookieConfig.from_properties("", source="--set", overrides=args.overrides)
 
 
+def not_a_directory(cfg: BookieConfig) -> str | None:
+    """What is wrong when a journal, ledger or index directory is a file (or lies under
+    one), naming the key and the path; None when each is a directory or can be made one.
+    Why here: the first to stumble on such a path is the cookie check, whose "cannot read
+    the cookie" and exit code 4 send an operator to the cookies, not the configuration."""
+    keys = (
+        (
+            "journalDirectories" if cfg.journal_directories else "journalDirectory",
+            cfg.effective_journal_directories,
+        ),
+        ("ledgerDirectories", cfg.ledger_directories),
+        ("indexDirectories", cfg.index_directories),
+    )
+    for key, dirs in keys:
+        for directory in dirs:
+            existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
+            if existing is not None and not existing.is_dir():
+                what = "is" if existing == directory else f"lies under {existing}, which is"
+                return f"{key}: {directory} {what} a file, not a directory"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
@@ -70,5 +101,18 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_codes.BAD_CONFIGURATION
+    not_a_dir = not_a_directory(cfg)
+    if not_a_dir is not None:
+        print(f"bookiesim bookie: {not_a_dir}", file=sys.stderr)
+        return exit_codes.BAD_CONFIGURATION
     companions = [AutoRecoveryCompanion()] if cfg.auto_recovery_daemon_enabled else []
-    return main_sync(cfg, companions)
+    try:
+        return main_sync(cfg, companions)
+    except BaseException as exc:
+        # A taken port or an unreachable store is the machine's state, not a bug: one line
+        # naming the port and key, or the URI, instead of trio's nested traceback.
+        error = expected_error(exc, (ListenError, StoreUnavailableError))
+        if error is None:
+            raise
+        log.error("cannot run: %s", error)
+        return exit_codes.UNAVAILABLE

@@ -27,7 +27,9 @@ from bookiesim.client import (
 from bookiesim.cluster.control import read_state
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.console import LineWriter, make_console, quiet_broken_pipe
-from bookiesim.metadata.errors import MetadataError
+from bookiesim.metadata.errors import InvalidUriError, MetadataError
+from bookiesim.metadata.factory import scheme_of
+from bookiesim.metadata.sqlite_store import sqlite_path_from_uri
 
 if TYPE_CHECKING:
     from bookiesim.metadata.ledgers import LedgerMetadata
@@ -104,11 +106,26 @@ def metadata_json(ledger_id: int, metadata: LedgerMetadata, version: int) -> dic
 
 
 def metadata_uri(args: argparse.Namespace) -> str:
+    """The store of the existing cluster ``--cluster DIR`` or ``--metadata URI`` names;
+    ``MetadataError`` (exit 1, as for any URI without a cluster) for a ``sqlite:`` file that
+    does not exist: opening it would create an empty database, leaving a file behind on a
+    mistyped path."""
     if args.metadata:
-        return str(args.metadata)
-    if args.cluster is None:
+        uri = str(args.metadata)
+    elif args.cluster is None:
         raise CommandError("say where the cluster is: --cluster DIR or --metadata URI")
-    return str(read_state(Path(args.cluster))["metadata"])
+    else:
+        uri = str(read_state(Path(args.cluster))["metadata"])
+    try:
+        path = sqlite_path_from_uri(uri) if scheme_of(uri) == "sqlite" else None
+    except InvalidUriError:
+        path = None  # opening it says what is wrong with the URI
+    if path is not None and not path.exists():
+        raise MetadataError(
+            f"no BookKeeper cluster at {uri}: no such file (start a bookie there first, or "
+            "check the path)"
+        )
+    return uri
 
 
 Action = Callable[[argparse.Namespace, LineWriter, Console], Any]

@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import trio
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from bookiesim.bookie.config import ConfigError
@@ -35,6 +38,8 @@ from bookiesim.sim.elpl.report import (
 from bookiesim.sim.elpl.workload import ClusterShape, WorkloadSpec
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from bookiesim.sim.elpl.run import RunSpec
 
 __all__ = ["REAL_TIME_LEDGERS", "REAL_TIME_SCALE", "build_config", "main", "register"]
@@ -225,6 +230,59 @@ def main(args: argparse.Namespace) -> int:
         tempfile.mkdtemp(prefix=f"bookiesim-elpl-{datetime.datetime.now():%Y%m%d-%H%M%S}-")
     )
     out.mkdir(parents=True, exist_ok=True)
+    done = _Done()
+    try:
+        return _run(args, config, out, err, done)
+    except BaseException as exc:
+        # Ctrl-C: trio ends the run in progress (the runs' data dirs are removed on the way
+        # out); one line says how far it got instead of a traceback.
+        if not _interrupted(exc):
+            raise
+        if args.out is None:
+            shutil.rmtree(out, ignore_errors=True)
+        err.print(f"bookiesim sim elpl: interrupted: {done.describe(config)}", markup=False)
+        return INTERRUPTED
+
+
+INTERRUPTED = 130
+"""Exit code after Ctrl-C, the shell's convention for SIGINT."""
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """``exc`` is Ctrl-C: a ``KeyboardInterrupt``, or a group of them (trio's nurseries may
+    wrap it), cancellations aside."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+        return bool(leaves) and all(_interrupted(e) for e in leaves)
+    return isinstance(exc, KeyboardInterrupt)
+
+
+@dataclass
+class _Done:
+    """How far the experiment got: runs started, and the clock of the last one."""
+
+    started: list[RunSpec] = field(default_factory=list)
+    clock: float = 0.0
+    summarizing: bool = False
+
+    def describe(self, config: ExperimentConfig) -> str:
+        total = len(config.runs)
+        if self.summarizing:
+            return f"all {total} runs finished, stopped while writing the summary and plot"
+        if not self.started:
+            return f"before the first of {total} runs; nothing written"
+        unit = "min virtual" if config.virtual_time else "min"
+        end = config.workload.end
+        return (
+            f"{len(self.started) - 1} of {total} runs finished, run '{self.started[-1].name}' "
+            f"stopped at {self.clock / 60:,.1f}/{end / 60:,.1f} {unit}; nothing written "
+            "(an interrupted experiment has no summary)"
+        )
+
+
+def _run(
+    args: argparse.Namespace, config: ExperimentConfig, out: Path, err: Console, done: _Done
+) -> int:
     tasks: dict[RunSpec, TaskID] = {}
     end = config.workload.end
     with Progress(
@@ -239,15 +297,19 @@ def main(args: argparse.Namespace) -> int:
             tasks[run] = progress.add_task(run.name, total=end, clock="", start=False)
 
         def started(run: RunSpec) -> None:
+            done.started.append(run)
+            done.clock = 0.0
             progress.start_task(tasks[run])
 
         def advanced(run: RunSpec, t: float) -> None:
+            done.clock = t
             clock = f"{t / 60:,.1f}/{end / 60:,.1f} min" + (
                 " virtual" if config.virtual_time else ""
             )
             progress.update(tasks[run], completed=min(t, end), clock=clock)
 
         result = run_experiment(config, on_run_start=started, progress=advanced)
+    done.summarizing = True
     summary = summarize_experiment(result)
     plot = out / PLOT_NAME
     plot_experiment(result, summary, plot)

@@ -11,8 +11,9 @@ docs/mledger.md):
                           timestamp and index)
 ``consume NAME -s SUB``   read ``--count`` entries from the subscription's cursor (created at
                           the end, or at the first entry with ``--earliest``) and acknowledge
-                          them unless ``--no-ack``
-``seek NAME -s SUB``      ``--timestamp MS`` or ``--index I``: reset the cursor (PIP-345)
+                          them unless ``--no-ack``; the topic must exist
+``seek NAME -s SUB``      ``--timestamp MS`` or ``--index I``: reset the cursor (PIP-345);
+                          the topic and the subscription must exist
 ``stats NAME``            the stored ManagedLedgerInfo: ledgers, entries, properties
 ``cursors NAME``          every cursor's stored state
 ========================  ===================================================================
@@ -83,13 +84,24 @@ async def _client(args: argparse.Namespace) -> AsyncIterator[BookKeeper]:
 
 
 @asynccontextmanager
-async def _topic(args: argparse.Namespace) -> AsyncIterator[ManagedLedger]:
+async def _topic(
+    args: argparse.Namespace, *, existing: bool = False, subscription: str | None = None
+) -> AsyncIterator[ManagedLedger]:
+    """The managed ledger NAME, opened as a broker taking ownership does. ``existing``: it
+    must be there already, and ``subscription`` too if given; else ``ManagedLedgerError``
+    before anything is created (opening would create the topic, the cursor and a ledger)."""
     config = _config(args)
-    async with (
-        _client(args) as bk,
-        open_managed_ledger(bk, args.name, config, rollover_check_interval=None) as ml,
-    ):
-        yield ml
+    async with _client(args) as bk:
+        if existing:
+            meta = MetaStore(bk.store)
+            if await meta.get_ledger_info(args.name, create_if_missing=False) is None:
+                raise ManagedLedgerError(f"no managed ledger {args.name!r} (produce to it first)")
+            if subscription is not None and subscription not in await meta.cursors(args.name):
+                raise ManagedLedgerError(
+                    f"{args.name!r} has no subscription {subscription!r} (consume creates one)"
+                )
+        async with open_managed_ledger(bk, args.name, config, rollover_check_interval=None) as ml:
+            yield ml
 
 
 def _entry_json(position: Position, payload: bytes) -> dict[str, Any]:
@@ -162,7 +174,9 @@ async def _cursor(ml: ManagedLedger, args: argparse.Namespace) -> ManagedCursor:
 
 
 async def consume(args: argparse.Namespace, out: LineWriter, console: Console) -> None:
-    async with _topic(args) as ml:
+    # A missing topic is refused (a typo must not create one); a missing subscription is
+    # created, as subscribing does.
+    async with _topic(args, existing=True) as ml:
         cursor = await _cursor(ml, args)
         entries = await cursor.read_entries(args.count)
         for position, payload in entries:
@@ -186,7 +200,8 @@ async def consume(args: argparse.Namespace, out: LineWriter, console: Console) -
 
 async def seek(args: argparse.Namespace, out: LineWriter, console: Console) -> None:
     strategy = SeekStrategy(args.strategy)
-    async with _topic(args) as ml:
+    # As Pulsar's reset-cursor: a subscription that does not exist is refused, not created.
+    async with _topic(args, existing=True, subscription=args.subscription) as ml:
         cursor = await _cursor(ml, args)
         if args.timestamp is not None:
             outcome = await cursor.seek_by_timestamp(args.timestamp, strategy)

@@ -2,7 +2,7 @@
 
 Why not ``json_format.MessageToDict``: it writes int64 fields as strings (proto3 JSON) and
 KeyValue lists as lists of pairs, which makes the output awkward to read and to compare
-(``shared/vectors/pip146/mlinfo.expect.json`` has numbers and property objects). Here
+(``tests/mledger/vectors/pip146/mlinfo.expect.json`` has numbers and property objects). Here
 integers stay integers, enums are their names, and a repeated ``KeyValue`` (``key``,
 ``value``) or ``LongProperty`` / ``StringProperty`` (``name``, ``value``) becomes one
 object; with duplicate keys the last one wins, as upstream's HashMap rebuild does.

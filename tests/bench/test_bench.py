@@ -14,6 +14,7 @@ import pytest
 
 from bookiesim.bench.storage import RATIOS
 from bookiesim.cli.main import main
+from tests.missing import need_java
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -119,6 +120,7 @@ def test_bench_pipeline_reports_one_and_two_cores(tmp_path: Path) -> None:
     import subprocess
     import sys
 
+    need_java()  # Spark's
     # Its own process: the benchmark starts and stops Spark sessions of its own.
     args = ["--size-mb", "4", "--log-mb", "2", "--dir", str(tmp_path), "--json"]
     done = subprocess.run(

@@ -29,6 +29,7 @@ from bookiesim.bench.compare import (
 )
 from bookiesim.bench.upstream import installation
 from bookiesim.cli.main import build_parser, main
+from tests.missing import upstream_skip
 
 QUICK_ARGS = ["bench", "compare", "--quick", "--adds", "2000", "--latency-seconds", "1"]
 
@@ -138,11 +139,8 @@ def test_bad_ledger_counts_are_refused_in_one_line(capsys: pytest.CaptureFixture
     assert "'10,many' is not a comma-separated list of numbers" in capsys.readouterr().err
 
 
-_INSTALL = installation()
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(isinstance(_INSTALL, str), reason=str(_INSTALL))
+@upstream_skip()
 def test_live_quick_pair_against_upstream(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

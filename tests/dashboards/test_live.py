@@ -9,8 +9,6 @@ and a cluster still starts (saying how to install it) when there is no Prometheu
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -24,6 +22,7 @@ from bookiesim.cli.main import main
 from bookiesim.cluster import prometheus
 from bookiesim.cluster.processes import pid_alive
 from bookiesim.dashboards.panels import ROWS
+from tests.missing import PROMETHEUS, need_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,12 +32,7 @@ pytestmark = pytest.mark.slow
 
 
 def _need(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {binary} is missing (`apt-get install prometheus`)")
-        pytest.skip(f"{binary} is not installed")
-    return path
+    return need_tool(binary, PROMETHEUS)
 
 
 def _get(url: str, method: str = "GET", body: bytes | None = None) -> bytes:

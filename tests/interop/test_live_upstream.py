@@ -35,16 +35,14 @@ from tests.interop.upstream_live import (
     installation,
     wait_for,
 )
+from tests.missing import upstream_skip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from bookiesim.metadata.testing import ZooKeeperServer
 
-_INSTALL = installation()
-pytestmark = [pytest.mark.slow]
-if isinstance(_INSTALL, str):
-    pytestmark.append(pytest.mark.skip(reason=_INSTALL))
+pytestmark = [pytest.mark.slow, upstream_skip()]
 
 
 @pytest.fixture
@@ -64,10 +62,11 @@ def root(zookeeper_server: ZooKeeperServer) -> Root:
 
 @pytest.fixture
 def upstream(root: Root, tmp_path: Path) -> Upstream:
-    assert isinstance(_INSTALL, Path)
+    install = installation()
+    assert isinstance(install, Path)
     work = tmp_path / "upstream"
     work.mkdir()
-    return Upstream(_INSTALL, root, work)
+    return Upstream(install, root, work)
 
 
 @pytest.fixture

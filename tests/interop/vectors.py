@@ -1,9 +1,11 @@
 """Where upstream's recorded vectors are, for every conformance test.
 
 The vectors (``upstream-4.17.4/``: bytes upstream BookKeeper 4.17.4 wrote and sent, with a
-README saying how each was produced and what to assert) live beside the repository, in
-``../shared/vectors/``, not inside it. A test that needs them and cannot find them fails
-with the path it looked at: a conformance suite that skips silently proves nothing.
+README saying how each was produced and what to assert) are carried by the repository, in
+``tests/interop/vectors/``, so a clone passes its tests wherever it is put. ``BOOKIESIM_VECTORS``
+may name another directory holding ``upstream-4.17.4/`` (a newer recording, say). A test that
+needs them and cannot find them fails with the path it looked at: a conformance suite that
+skips silently proves nothing.
 
 Add a function here per kind of vector rather than spelling paths in tests.
 """
@@ -29,11 +31,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSION = "upstream-4.17.4"
 ENV = "BOOKIESIM_VECTORS"
 """Overrides the vectors' directory (the one holding ``upstream-4.17.4/``)."""
+DEFAULT_BASE = Path(__file__).resolve().parent / "vectors"
+"""The repository's own copy."""
 
 
 def upstream_dir() -> Path:
     """``<vectors>/upstream-4.17.4``; fails the calling test (never skips) when missing."""
-    base = Path(os.environ[ENV]) if ENV in os.environ else REPO_ROOT.parent / "shared" / "vectors"
+    base = Path(os.environ[ENV]) if os.environ.get(ENV) else DEFAULT_BASE
     path = base / VERSION
     if not (path / "README.md").is_file():
         raise AssertionError(

@@ -106,3 +106,23 @@ def test_errors_exit_with_one_line(cluster: Path, capsys: pytest.CaptureFixture[
     bad = ["--set", "managedLedgerInfoCompressionType=INVALID"]
     assert main(["topic", "produce", "t", "--count", "1", "--cluster", str(cluster), *bad]) == 1
     assert "No enum constant" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_consume_and_seek_refuse_what_does_not_exist(
+    cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = ["--cluster", str(cluster)]
+    capsys.readouterr()
+    assert main(["topic", "consume", "t/ns/missing", "-s", "sub", *where]) == 1
+    err = capsys.readouterr().err
+    assert err == "topic consume: no managed ledger 't/ns/missing' (produce to it first)\n"
+    assert main(["topic", "stats", "t/ns/missing", *where]) == 1  # still not there
+    capsys.readouterr()
+
+    (produced,) = topic(capsys, cluster, "produce", "t/ns/seek", "--count", "3")
+    assert produced["messages"] == 3
+    assert main(["topic", "seek", "t/ns/seek", "-s", "nosub", "--index", "1", *where]) == 1
+    err = capsys.readouterr().err
+    assert err == "topic seek: 't/ns/seek' has no subscription 'nosub' (consume creates one)\n"
+    assert topic(capsys, cluster, "cursors", "t/ns/seek") == []  # nothing created

@@ -44,6 +44,10 @@ With --ledgers-map ({"type": "ledger"}): ledgerId, size (bytes of the ledger's r
 size fields included); summary: source ("ledgersMap" or "scan"), ledgers, totalSize,
 ledgersMapOffset. If the header points at no usable map, a note on stderr says why and the
 map is derived by scanning the log.
+
+A 0-byte log (created ahead of need by the bookie's preallocation pool, never written) is
+not an error: no rows, exit code 0, and the summary has "empty": true (headerVersion null;
+with --ledgers-map, source "empty").
 """
 
 
@@ -62,6 +66,8 @@ def readlog(args: argparse.Namespace, out: Out) -> int:
     log_id = args.log_id if args.log_id is not None else parse_log_file_name(path.name)
     if log_id is None:
         raise ShellError(path, "not named <hex id>.log; pass its id with --log-id")
+    if path.stat().st_size == 0:
+        return _empty_log(out, path, log_id, args.ledgers_map)
     if args.ledgers_map:
         return _readlog_map(args, out, path, log_id)
 
@@ -158,6 +164,40 @@ def readlog(args: argparse.Namespace, out: Out) -> int:
             f"{counted(s.skipped, 'record')} skipped ({s.skipped_bytes} bytes: ledgers map"
             f"{'' if wanted_ledger is None else ', other ledgers'}); "
             f"{s.padding_bytes} padding bytes; {tail}"
+        )
+    return 0
+
+
+def _empty_log(out: Out, path: Path, log_id: int, ledgers_map: bool) -> int:
+    """A 0-byte log: one the bookie created ahead of need (its preallocation pool,
+    ``entryLogPreallocationPoolSize``) and never wrote, not a torn one; as upstream's shell,
+    which scans from the header's end and finds nothing, it lists nothing and succeeds."""
+    if out.json_lines:
+        summary: dict[str, Any] = (
+            {"source": "empty", "ledgers": 0, "totalSize": 0, "ledgersMapOffset": 0}
+            if ledgers_map
+            else {
+                "logId": log_id,
+                "fileSize": 0,
+                "headerVersion": None,
+                "ledgersMapOffset": 0,
+                "ledgersCount": 0,
+                "entries": 0,
+                "entryBytes": 0,
+                "shown": 0,
+                "skipped": 0,
+                "skippedBytes": 0,
+                "paddingBytes": 0,
+                "torn": False,
+                "tornOffset": None,
+                "tornBytes": 0,
+            }
+        )
+        out.lines.json({"type": "summary", **summary, "empty": True})
+    else:
+        out.note(
+            f"[bold]{escape(str(path))}[/]: log {log_id:#x} ({log_id}) is empty (0 bytes): "
+            "created ahead of need and never written, no entries"
         )
     return 0
 
