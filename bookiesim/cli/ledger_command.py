@@ -21,9 +21,11 @@ bookies through the project's client, exactly as a program would:
 ``metadata ID``           the ledger's metadata as stored (upstream's LedgerMetadataFormat)
 ========================  ===================================================================
 
-Errors (no such ledger, closed, fenced, wrong password, too few bookies, no cluster at the
-URI) print one line on stderr naming the ledger or the URI and exit 1, also when trio hands
-them over wrapped in an exception group; bad arguments exit 2. The libraries' log (client,
+Errors (no such ledger, closed, fenced, wrong password, too few bookies, an end that too few
+bookies answer to decide, no cluster at the URI) print one line on stderr naming the ledger or
+the URI and exit 1, also when trio hands them over wrapped in an exception group; bad
+arguments exit 2; Ctrl-C during ``write`` or ``read`` says in one line how far it got (exit
+130). The libraries' log (client,
 ZooKeeper) is shown with ``--verbose`` only, so that a failure is that one line.
 ``--use-v2-wire-protocol`` speaks BookKeeper's v2 protocol to the bookies, as Pulsar does.
 """
