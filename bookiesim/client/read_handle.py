@@ -172,16 +172,21 @@ class ReadOnlyLedgerHandle:
         1`` explicit "no such entry/ledger"). Raises when neither can be told (too few
         answers: bookies unreachable, errors, corrupt copies)."""
         try:
-            return await self._read_from_replicas(entry_id, past_lac=True)
+            return await self._read_from_replicas(entry_id, past_lac=True, stop_at_missing=True)
         except NoSuchEntryError:
             return None
 
-    async def _read_from_replicas(self, entry_id: int, past_lac: bool = False) -> LedgerEntry:
+    async def _read_from_replicas(
+        self, entry_id: int, past_lac: bool = False, *, stop_at_missing: bool = False
+    ) -> LedgerEntry:
         """Try each bookie of the entry's write set in turn until one returns a good body.
 
-        ``past_lac``: the entry may not exist, so stop as soon as the "no such entry"
-        answers rule out an ack quorum (upstream's recovery read); a confirmed entry is
-        asked of every replica before giving up."""
+        ``past_lac``: the entry may not exist, so a failure is told by coverage: no such
+        entry when enough replicas lack it that it cannot have been acknowledged, else "cannot
+        tell". ``stop_at_missing``: stop asking as soon as that is so (upstream's recovery
+        read, for the end of a ledger); otherwise every replica is asked before giving up, as
+        upstream's other reads do, since one that lacks an entry (a copy not yet
+        re-replicated) does not mean the next one does."""
         ensemble = self.metadata.ensemble_at(entry_id)
         errors: list[BKError] = []
         tracker = RecoveryReadTracker(self.dist.write_quorum, self.dist.ack_quorum)
@@ -215,7 +220,7 @@ class ReadOnlyLedgerHandle:
                 )
             )
             missing = tracker.record_missing() if status in _MISSING else tracker.record_failed()
-            if past_lac and missing is ReadOutcome.MISSING:
+            if stop_at_missing and missing is ReadOutcome.MISSING:
                 break
         raise _read_failure(
             self.ledger_id, entry_id, ensemble, errors, tracker if past_lac else None
