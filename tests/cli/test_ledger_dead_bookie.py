@@ -40,8 +40,9 @@ NEW_ENTRIES = 50
 
 
 def _quiet(root: Path, *args: str) -> str:
-    """``bookiesim ledger ARGS --cluster ROOT`` for the module fixture, which cannot use
-    the per-test ``capsys`` of :func:`run`: stdout returned, exit 0 required."""
+    """``bookiesim ARGS`` (``ledger`` ones with ``--cluster ROOT``) for the module fixture,
+    which cannot use the per-test ``capsys`` of :func:`run`: stdout returned, exit 0
+    required."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert main([*args, "--cluster", str(root)] if args[0] == "ledger" else list(args)) == 0
