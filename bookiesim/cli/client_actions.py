@@ -11,8 +11,9 @@ import argparse
 import base64
 import logging
 import random
+import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +36,10 @@ if TYPE_CHECKING:
     from bookiesim.metadata.ledgers import LedgerMetadata
 
 __all__ = [
+    "INTERRUPTED",
     "Action",
     "CommandError",
+    "Interrupted",
     "bytes_json",
     "entry_json",
     "expected_error",
@@ -44,11 +47,53 @@ __all__ = [
     "metadata_json",
     "metadata_uri",
     "run_action",
+    "until_interrupted",
 ]
+
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (SIGINT), the shells' 128 + signal number."""
 
 
 class CommandError(Exception):
     """A usage problem found after parsing (exit 2)."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the action; the message says what it had done (exit 130)."""
+
+
+async def until_interrupted(work: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``work``; Ctrl-C (SIGINT) cancels it cleanly instead of raising
+    ``KeyboardInterrupt`` wherever the program happens to be. Returns whether it was
+    interrupted, so the caller can still use its client (send the LAC, say how far it got)
+    before it reports :class:`Interrupted`."""
+    interrupted = False
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal interrupted
+                async for _ in signals:
+                    interrupted = True
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            await work()
+            nursery.cancel_scope.cancel()
+    return interrupted
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """A bare ``KeyboardInterrupt``, or one inside an exception group with nothing but
+    cancellations beside it (Ctrl-C before :func:`until_interrupted` took over the signal,
+    or a second one while the first was being handled)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if not isinstance(exc, BaseExceptionGroup):
+        return False
+    inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+    return bool(inner) and all(_interrupted(e) for e in inner)
 
 
 # -- payloads and JSON forms -----------------------------------------------------------------
@@ -192,16 +237,22 @@ def run_action(
     errors: tuple[type[Exception], ...] = (),
 ) -> int:
     """Run one action of a command group (``ledger``, ``topic``) in trio: positive-number
-    checks on ``--count``/``--size``/``--timeout``, one line on stderr for an error that
-    names what was wrong (exit 2 for usage, 1 for ``errors`` and the client's, metadata's and
-    cluster's own, also when they come wrapped in an exception group), and a quiet exit when
-    the reader of stdout goes away."""
+    checks on ``--count``/``--size``/``--timeout`` and non-negative ledger ids and
+    ``--from``, one line on stderr for an error that names what was wrong (exit 2 for usage,
+    1 for ``errors`` and the client's, metadata's and cluster's own, also when they come
+    wrapped in an exception group; 130 for Ctrl-C), and a quiet exit when the reader of
+    stdout goes away."""
     console = make_console(sys.stderr)
     out = LineWriter(sys.stdout)
     for name in ("count", "size", "timeout"):
         value = getattr(args, name, None)
         if value is not None and value <= 0:
             console.print(f"{command}: --{name} must be positive, got {value}", markup=False)
+            return 2
+    for name, label in (("ledger_id", "a ledger id"), ("from_", "--from")):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and value < 0:
+            console.print(f"{command}: {label} must be 0 or more, got {value}", markup=False)
             return 2
     handled: tuple[type[Exception], ...] = (BKError, MetadataError, ClusterError, ValueError)
     handled += errors
@@ -212,11 +263,16 @@ def run_action(
         if expected_error(exc, (BrokenPipeError,)) is not None:
             quiet_broken_pipe()
             return 0
-        error = expected_error(exc, (CommandError, *handled))
+        if _interrupted(exc):
+            console.print(f"{command}: interrupted", markup=False)
+            return INTERRUPTED
+        error = expected_error(exc, (CommandError, Interrupted, *handled))
         if error is None:
             raise
         one_line = " ".join(str(error).split())
         console.print(f"{command}: {one_line}", markup=False)
+        if isinstance(error, Interrupted):
+            return INTERRUPTED
         return 2 if isinstance(error, CommandError) else 1
     finally:
         try:

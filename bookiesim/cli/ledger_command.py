@@ -21,9 +21,11 @@ bookies through the project's client, exactly as a program would:
 ``metadata ID``           the ledger's metadata as stored (upstream's LedgerMetadataFormat)
 ========================  ===================================================================
 
-Errors (no such ledger, closed, fenced, wrong password, too few bookies, no cluster at the
-URI) print one line on stderr naming the ledger or the URI and exit 1, also when trio hands
-them over wrapped in an exception group; bad arguments exit 2. The libraries' log (client,
+Errors (no such ledger, closed, fenced, wrong password, too few bookies, an end that too few
+bookies answer to decide, no cluster at the URI) print one line on stderr naming the ledger or
+the URI and exit 1, also when trio hands them over wrapped in an exception group; bad
+arguments exit 2; Ctrl-C during ``write`` or ``read`` says in one line how far it got (exit
+130). The libraries' log (client,
 ZooKeeper) is shown with ``--verbose`` only, so that a failure is that one line.
 ``--use-v2-wire-protocol`` speaks BookKeeper's v2 protocol to the bookies, as Pulsar does.
 """
@@ -31,11 +33,15 @@ ZooKeeper) is shown with ``--verbose`` only, so that a failure is that one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,11 +51,13 @@ from rich.progress import Progress
 from bookiesim.cli.client_actions import (
     Action,
     CommandError,
+    Interrupted,
     entry_json,
     generated_payload,
     metadata_json,
     metadata_uri,
     run_action,
+    until_interrupted,
 )
 from bookiesim.client import (
     AddFuture,
@@ -73,6 +81,8 @@ READ_BATCH = 1000
 """Entries read per request batch during ``read``: output starts before a big range ends."""
 WRITE_CLOSE_WAIT = 5.0
 """Seconds ``close`` waits for the bookies to answer the WriteClose it sent."""
+INTERRUPTED_LAC_WAIT = 2.0
+"""Seconds an interrupted ``write`` spends sending the LAC of what was acknowledged."""
 
 
 # -- plumbing ----------------------------------------------------------------------------------
@@ -120,7 +130,12 @@ async def _stdin_payloads() -> AsyncIterator[bytes]:
     line. A last line without a newline is an entry too.
     """
     stream = sys.stdin.buffer
-    read = getattr(stream, "read1", stream.read)
+    read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+        # The descriptor itself when there is one: a thread abandoned in the buffered
+        # reader's read (Ctrl-C while waiting for a line) holds its lock, and Python's exit
+        # aborts ("could not acquire lock for <stdin>") when it finds it held.
+        read = partial(os.read, stream.fileno())
     held: list[bytes] = []  # the start of a line that spans chunks
     while chunk := await trio.to_thread.run_sync(read, STDIN_CHUNK, abandon_on_cancel=True):
         first, *lines = chunk.split(b"\n")
@@ -145,6 +160,9 @@ async def _generated(payloads: Iterable[bytes]) -> AsyncIterator[bytes]:
 
 async def create(args: argparse.Namespace, out: LineWriter, console: Console) -> None:
     custom = _custom_metadata(args.meta)
+    e, qw, qa = args.ensemble, args.write_quorum, args.ack_quorum
+    if not e >= qw >= qa >= 1:
+        raise CommandError(f"need -e >= -w >= -a >= 1, got -e {e} -w {qw} -a {qa}")
     async with _client(args) as bk:
         lh = await bk.create_ledger(
             args.ensemble,
@@ -229,34 +247,43 @@ async def write(args: argparse.Namespace, out: LineWriter, console: Console) -> 
     if args.size is not None and args.count is None:
         raise CommandError("--size needs --count (without --count, entries come from stdin)")
     async with _client(args) as bk:
-        writer = await bk.resume_ledger(args.ledger_id, password=_password(args))
-        first = writer.last_add_pushed + 1
-        payloads: AsyncIterator[bytes]
-        if args.count is None:
-            payloads = _stdin_payloads()
-        else:
-            size = 1024 if args.size is None else args.size
-            lid = args.ledger_id
-            payloads = _generated(
-                generated_payload(lid, first + i, size) for i in range(args.count)
+        writer: LedgerHandle | None = None
+        first = count = written = 0
+
+        async def work() -> None:
+            nonlocal writer, first, count, written
+            writer = await bk.resume_ledger(args.ledger_id, password=_password(args))
+            first = writer.last_add_pushed + 1
+            payloads: AsyncIterator[bytes]
+            if args.count is None:
+                payloads = _stdin_payloads()
+            else:
+                size = 1024 if args.size is None else args.size
+                lid = args.ledger_id
+                payloads = _generated(
+                    generated_payload(lid, first + i, size) for i in range(args.count)
+                )
+
+            def ack(entry_id: int) -> None:
+                if args.json:
+                    out.json({"ledgerId": args.ledger_id, "entryId": entry_id})
+                else:
+                    out.line(str(entry_id))
+
+            count, written = await _write_all(
+                writer,
+                payloads,
+                args.count,
+                console,
+                streaming=args.count is None,
+                on_ack=ack if args.print_ids else None,
+                # A line typed by hand is acknowledged on screen at once, not 50 ms later.
+                caught_up=out.flush if args.print_ids else None,
             )
 
-        def ack(entry_id: int) -> None:
-            if args.json:
-                out.json({"ledgerId": args.ledger_id, "entryId": entry_id})
-            else:
-                out.line(str(entry_id))
-
-        count, written = await _write_all(
-            writer,
-            payloads,
-            args.count,
-            console,
-            streaming=args.count is None,
-            on_ack=ack if args.print_ids else None,
-            # A line typed by hand is acknowledged on screen at once, not 50 ms later.
-            caught_up=out.flush if args.print_ids else None,
-        )
+        if await until_interrupted(work):
+            raise Interrupted(await _interrupted_write(args.ledger_id, writer, first))
+        assert writer is not None
         # Without it the bookies' LAC would stop one short (each add carries the LAC before
         # it), and a reader in another process would not see the last entry.
         await writer.write_lac()
@@ -278,6 +305,25 @@ async def write(args: argparse.Namespace, out: LineWriter, console: Console) -> 
         out.line(f"ledger {args.ledger_id}: nothing to write")
 
 
+async def _interrupted_write(ledger_id: int, writer: LedgerHandle | None, first: int) -> str:
+    """What an interrupted ``write`` says: how many of its entries the bookies acknowledged
+    (adds complete in order, so they are ``first``..LAC). The LAC is sent first, briefly,
+    so that readers in other processes see every one of them; adds still in flight are
+    left to the next writer or recovery, like any writer's that stops."""
+    if writer is None:
+        return f"ledger {ledger_id}: interrupted before writing (nothing added)"
+    last = writer.last_add_confirmed
+    acknowledged = max(0, last - first + 1)
+    if acknowledged:
+        with trio.move_on_after(INTERRUPTED_LAC_WAIT):
+            await writer.write_lac()
+        return (
+            f"ledger {ledger_id}: interrupted; {acknowledged} entries acknowledged, "
+            f"ids {first}..{last} (the last acknowledged: {last})"
+        )
+    return f"ledger {ledger_id}: interrupted; no entry acknowledged (the last entry is {last})"
+
+
 def _preview(data: bytes, width: int = 60) -> str:
     """The start of a payload on one line, non-printable characters as ``.``."""
     head = data[:width]
@@ -289,7 +335,14 @@ def _preview(data: bytes, width: int = 60) -> str:
 
 
 async def read(args: argparse.Namespace, out: LineWriter, console: Console) -> None:
-    async with _client(args) as bk:
+    if args.to is not None and args.to < args.from_:
+        raise CommandError(f"--to {args.to} is before --from {args.from_}")
+    shown = 0  # entries printed, from --from on
+
+    async def work() -> None:
+        nonlocal shown
+        # Opening an open ledger learns its LAC from the bookies; when too few of them
+        # answer, that fails (one line, exit 1) rather than showing an empty ledger.
         handle = await bk.open_ledger(args.ledger_id, password=_password(args))
         last = handle.last_add_confirmed if args.to is None else args.to
         first = args.from_
@@ -312,6 +365,14 @@ async def read(args: argparse.Namespace, out: LineWriter, console: Console) -> N
                     out.json(entry_json(entry))
                 else:
                     table.row(entry.entry_id, len(entry.payload), _preview(entry.payload))
+                shown += 1
+
+    async with _client(args) as bk:
+        if await until_interrupted(work):
+            done = f"{shown} entries read, ids {args.from_}..{args.from_ + shown - 1}"
+            raise Interrupted(
+                f"ledger {args.ledger_id}: interrupted; " + (done if shown else "no entry read yet")
+            )
 
 
 async def close(args: argparse.Namespace, out: LineWriter, console: Console) -> None:

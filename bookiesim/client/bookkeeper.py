@@ -34,7 +34,6 @@ from bookiesim.client.errors import (
     BKError,
     LedgerClosedError,
     LedgerFencedError,
-    NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnauthorizedError,
@@ -221,7 +220,8 @@ class BookKeeper:
         With ``recovery=True`` an open ledger is fenced, its tail recovered and the ledger
         closed first (:mod:`.recovery`), so the handle sees its final content. Without, an
         open ledger's handle starts at the LAC the bookies report now (no fencing: the
-        writer goes on). ``password``, if given, must be the ledger's.
+        writer goes on); if their answers cannot cover the last ensemble, the open fails
+        (:class:`BookieUnavailableError`). ``password``, if given, must be the ledger's.
         """
         metadata, version = await self.read_metadata(ledger_id)
         if password is not None and password != metadata.password:
@@ -230,10 +230,10 @@ class BookKeeper:
             return await recover_ledger(self, ledger_id)
         handle = ReadOnlyLedgerHandle(self, ledger_id, metadata, version)
         if not metadata.is_closed:
-            try:
-                await handle.read_last_add_confirmed()
-            except BKError as exc:
-                log.info("ledger %d: LAC unknown at open: %s", ledger_id, exc)
+            # As upstream's open without recovery: a LAC that cannot be learnt (too few
+            # bookies of the last ensemble answer) fails the open, rather than a handle that
+            # reads as an empty ledger.
+            await handle.read_last_add_confirmed()
         return handle
 
     async def resume_ledger(self, ledger_id: int, *, password: bytes | None = None) -> LedgerHandle:
@@ -241,12 +241,20 @@ class BookKeeper:
         e.g. an earlier ``bookiesim ledger write`` process: new adds continue after the
         entries the bookies hold.
 
-        The handle starts at the LAC the bookies report; entries past it that some replica
-        holds (a writer that stopped mid-add) are re-added to their whole write set first,
-        so they are kept, in order, as recovery would keep them. Upstream has no such call:
-        nothing in the metadata says whether the old writer is still alive, so resuming a
-        ledger that another process still writes to makes two writers of one ledger. When
-        unsure, use ``open_ledger(recovery=True)``, which fences the old writer out.
+        The end is found as recovery finds it, by quorum coverage (:mod:`.read_handle`): the
+        LAC the last ensemble reports (raised to the entry before that ensemble's first, as
+        recovery does), then each entry past it is read until ``Qw - Qa + 1`` bookies of its
+        write set say they lack one, so a bookie that is down leaves nothing undecided that
+        the others can decide. Entries found past the LAC (a writer that stopped mid-add) are
+        re-added to their whole write set first, so they are kept, in order, as recovery
+        would keep them; a bookie of the ensemble that fails them, or the first new add, is
+        replaced by an ensemble change. Raises when the end cannot be told (too few bookies
+        answer).
+
+        Upstream has no such call: nothing in the metadata says whether the old writer is
+        still alive, so resuming a ledger that another process still writes to makes two
+        writers of one ledger. When unsure, use ``open_ledger(recovery=True)``, which fences
+        the old writer out.
         """
         metadata, _ = await self.read_metadata(ledger_id)
         if password is not None and password != metadata.password:
@@ -259,19 +267,23 @@ class BookKeeper:
             raise LedgerFencedError("a recovery is in progress", ledger_id=ledger_id)
         reader = ReadOnlyLedgerHandle(self, ledger_id, metadata, 0)
         lac = await reader.read_last_add_confirmed()
+        length = reader.length
+        first, _ = reader.metadata.last_ensemble
+        if lac < first - 1:
+            # The last ensemble started after an ensemble change at its writer's LAC + 1:
+            # everything before it was acknowledged (and the bookies' LAC lags by one).
+            lac = first - 1
+            length = (await reader.read_entry_unconfirmed(lac)).length
         tail: list[LedgerEntry] = []
-        while True:
-            try:
-                tail.append(await reader.read_entry_unconfirmed(lac + len(tail) + 1))
-            except NoSuchEntryError:
-                break
+        while (entry := await reader.read_past_lac(lac + len(tail) + 1)) is not None:
+            tail.append(entry)
         writer = LedgerHandle(
             self,
             ledger_id,
             reader.metadata,
             reader.version,
             last_add_confirmed=lac,
-            length=reader.length,
+            length=length,
         )
         if tail:
             log.info(

@@ -5,6 +5,15 @@ digest checks (a corrupt copy is logged and the next replica tried), and bounds 
 the last add confirmed it knows: the metadata's last entry for a closed ledger, else what
 the bookies' entries report (:meth:`ReadOnlyLedgerHandle.read_last_add_confirmed`). The
 writer (:mod:`.ledger_handle`) is a reader too.
+
+Where the ledger ends is decided by quorum coverage, as upstream decides it
+(:mod:`.distribution`): a bookie that cannot be reached, times out or answers an error is
+*unknown* (it may hold what the others lack), an explicit "no such entry/ledger" is
+*definitely not there*. The LAC is known once the answers of the last ensemble cover every
+write set (upstream's ``ReadLastConfirmedOp``), and an entry past the LAC was never
+acknowledged once ``Qw - Qa + 1`` bookies of its write set say they lack it (upstream's
+recovery reads in ``PendingReadOp``). One dead bookie therefore decides nothing either way,
+and a reader that cannot reach enough bookies gets an error, never an empty ledger.
 """
 
 from __future__ import annotations
@@ -17,7 +26,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.client.digest import DigestManager, DigestMismatchError, DigestType
-from bookiesim.client.distribution import RoundRobinDistribution, ensemble_covered
+from bookiesim.client.distribution import (
+    ReadOutcome,
+    RecoveryReadTracker,
+    RoundRobinDistribution,
+    ensemble_covered,
+)
 from bookiesim.client.errors import (
     BKError,
     BookieRequestError,
@@ -115,12 +129,15 @@ class ReadOnlyLedgerHandle:
             raise NoSuchEntryError(
                 f"past the {what} ({bound})", ledger_id=self.ledger_id, entry_id=last
             )
-        return await self.read_unconfirmed_entries(first, last)
+        return await self._read_range(first, last, past_lac=False)
 
     async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` without the LAC bound (upstream's readUnconfirmedEntries):
-        whatever the bookies hold, digest-checked. Raises :class:`NoSuchEntryError` when no
-        replica has one of them."""
+        whatever the bookies hold, digest-checked. Raises :class:`NoSuchEntryError` when one
+        of them was never acknowledged (quorum coverage, as for :meth:`read_past_lac`)."""
+        return await self._read_range(first, last, past_lac=True)
+
+    async def _read_range(self, first: int, last: int, *, past_lac: bool) -> list[LedgerEntry]:
         results: dict[int, LedgerEntry] = {}
         ids = iter(range(first, last + 1))
         window = max(1, self._ctx.config.read_window)
@@ -130,7 +147,7 @@ class ReadOnlyLedgerHandle:
         async def worker(cancel: trio.CancelScope) -> None:
             for entry_id in ids:
                 try:
-                    results[entry_id] = await self._read_from_replicas(entry_id)
+                    results[entry_id] = await self._read_from_replicas(entry_id, past_lac)
                 except BKError as exc:
                     # Raised here, the error would reach the caller wrapped in an exception
                     # group; the first failure cancels the other readers instead.
@@ -147,18 +164,39 @@ class ReadOnlyLedgerHandle:
 
     async def read_entry_unconfirmed(self, entry_id: int) -> LedgerEntry:
         """One entry whatever the LAC says (see :meth:`read_unconfirmed_entries`)."""
-        return await self._read_from_replicas(entry_id)
+        return await self._read_from_replicas(entry_id, past_lac=True)
 
-    async def _read_from_replicas(self, entry_id: int) -> LedgerEntry:
-        """Try each bookie of the entry's write set in turn until one returns a good body."""
+    async def read_past_lac(self, entry_id: int) -> LedgerEntry | None:
+        """An entry past the LAC if some replica holds it, or None once enough replicas of
+        its write set said they lack it that it cannot have been acknowledged (``Qw - Qa +
+        1`` explicit "no such entry/ledger"). Raises when neither can be told (too few
+        answers: bookies unreachable, errors, corrupt copies)."""
+        try:
+            return await self._read_from_replicas(entry_id, past_lac=True, stop_at_missing=True)
+        except NoSuchEntryError:
+            return None
+
+    async def _read_from_replicas(
+        self, entry_id: int, past_lac: bool = False, *, stop_at_missing: bool = False
+    ) -> LedgerEntry:
+        """Try each bookie of the entry's write set in turn until one returns a good body.
+
+        ``past_lac``: the entry may not exist, so a failure is told by coverage: no such
+        entry when enough replicas lack it that it cannot have been acknowledged, else "cannot
+        tell". ``stop_at_missing``: stop asking as soon as that is so (upstream's recovery
+        read, for the end of a ledger); otherwise every replica is asked before giving up, as
+        upstream's other reads do, since one that lacks an entry (a copy not yet
+        re-replicated) does not mean the next one does."""
         ensemble = self.metadata.ensemble_at(entry_id)
         errors: list[BKError] = []
+        tracker = RecoveryReadTracker(self.dist.write_quorum, self.dist.ack_quorum)
         for position in self.dist.write_set(entry_id):
             bookie = ensemble[position]
             try:
                 response = await self._ctx.pool.call(bookie, read_request(self.ledger_id, entry_id))
             except BookieUnavailableError as exc:
                 errors.append(exc)
+                tracker.record_failed()
                 continue
             status = response.status
             if status == pb.EOK and response.readResponse.HasField("body"):
@@ -168,18 +206,25 @@ class ReadOnlyLedgerHandle:
                     exc.bookie = bookie
                     log.warning("%s (from bookie %s); trying the next replica", exc, bookie)
                     errors.append(exc)
+                    tracker.record_failed()
                     continue
                 return LedgerEntry(self.ledger_id, entry_id, v.payload, v.length)
+            status = status if status != pb.EOK else pb.ENOENTRY
             errors.append(
                 BookieRequestError(
-                    status if status != pb.EOK else pb.ENOENTRY,
+                    status,
                     ledger_id=self.ledger_id,
                     entry_id=entry_id,
                     bookie=bookie,
                     operation="read",
                 )
             )
-        raise _read_failure(self.ledger_id, entry_id, ensemble, errors)
+            missing = tracker.record_missing() if status in _MISSING else tracker.record_failed()
+            if stop_at_missing and missing is ReadOutcome.MISSING:
+                break
+        raise _read_failure(
+            self.ledger_id, entry_id, ensemble, errors, tracker if past_lac else None
+        )
 
     async def read_last_add_confirmed(self) -> int:
         """Ask the bookies of the last ensemble for their last entry (no fencing) and raise
@@ -205,9 +250,11 @@ class ReadOnlyLedgerHandle:
         return self._lac
 
     async def _read_lac_from_bookies(self) -> tuple[int, int | None]:
-        """Ask every bookie of the last ensemble, until the answers cover the ensemble (or
-        all answered); returns (the highest LAC found, and the length at that entry if an
-        answer was that entry).
+        """Ask every bookie of the last ensemble, until the answers cover the ensemble;
+        returns (the highest LAC found, and the length at that entry if an answer was that
+        entry). Raises :class:`BookieUnavailableError` when every bookie answered without
+        coverage (upstream's ``ReadLastConfirmedOp`` fails then too): too few of them could
+        say what they hold to rule out an entry acknowledged beyond what the others report.
 
         Over v3 the question is ReadLac, as upstream's client asks it: each bookie returns
         the explicit LAC a writer sent (WriteLac), which its index keeps across a restart,
@@ -220,6 +267,7 @@ class ReadOnlyLedgerHandle:
         answered = 0
         lac = -1
         lengths: dict[int, int] = {}
+        unknown: dict[int, str] = {}
         done = trio.Event()
         v2 = self._ctx.pool.v2
 
@@ -250,8 +298,13 @@ class ReadOnlyLedgerHandle:
                             positive.add(position)
                     except DigestMismatchError as exc:
                         log.warning("LAC read from %s: %s", bookie, exc)
+                        unknown[position] = "digest mismatch"
                 elif outcome.status in _MISSING:
                     positive.add(position)
+                else:
+                    unknown[position] = pb.StatusCode.Name(outcome.status)
+            else:
+                unknown[position] = str(outcome)
             if ensemble_covered(self.dist, positive) or answered == len(ensemble):
                 done.set()
 
@@ -259,6 +312,19 @@ class ReadOnlyLedgerHandle:
         for position, bookie in enumerate(ensemble):
             self._ctx.pool.submit(bookie, request, partial(on_outcome, position))
         await done.wait()
+        if not ensemble_covered(self.dist, positive):
+            answers = "; ".join(
+                f"{ensemble[p]}: {unknown.get(p, 'no answer')}"
+                for p in range(len(ensemble))
+                if p not in positive
+            )
+            raise BookieUnavailableError(
+                f"cannot learn the last add confirmed: {len(positive)} of the {len(ensemble)} "
+                f"bookies of the last ensemble answered, too few to rule out an entry "
+                f"acknowledged by the others (E={self.dist.ensemble_size}, "
+                f"Qw={self.dist.write_quorum}, Qa={self.dist.ack_quorum}) ({answers})",
+                ledger_id=self.ledger_id,
+            )
         return lac, lengths.get(lac)
 
     def _read_lac_request(self) -> WireRequest:
@@ -266,10 +332,23 @@ class ReadOnlyLedgerHandle:
 
 
 def _read_failure(
-    ledger_id: int, entry_id: int, ensemble: Sequence[str], errors: list[BKError]
+    ledger_id: int,
+    entry_id: int,
+    ensemble: Sequence[str],
+    errors: list[BKError],
+    past_lac: RecoveryReadTracker | None = None,
 ) -> BKError:
     """The error for an entry no replica could return, most telling first: every replica
-    lacks it → no such entry; a corrupt copy → digest mismatch; else the bookie errors."""
+    lacks it, or (past the LAC, whose ``past_lac`` tracker decides) enough of them that it
+    was never acknowledged → no such entry; a corrupt copy → digest mismatch; else the
+    bookie errors (past the LAC: it cannot be told whether the entry was acknowledged)."""
+    if past_lac is not None and past_lac.outcome() is ReadOutcome.MISSING:
+        return NoSuchEntryError(
+            f"never acknowledged: {past_lac.missing} of its write set said no such entry "
+            f"({'; '.join(str(e) for e in errors)})",
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+        )
     missing = [e for e in errors if isinstance(e, BookieRequestError) and e.status in _MISSING]
     if len(missing) == len(errors):
         return NoSuchEntryError(
@@ -281,6 +360,14 @@ def _read_failure(
         if isinstance(e, DigestMismatchError):
             return e
     detail = "; ".join(str(e) for e in errors)
+    if past_lac is not None:
+        need = past_lac.write_quorum - past_lac.ack_quorum + 1
+        return BookieUnavailableError(
+            f"cannot tell whether it was acknowledged: {past_lac.missing} of its write set "
+            f"said no such entry, {need} needed to rule out an ack quorum ({detail})",
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+        )
     return BookieUnavailableError(
         f"no replica of {list(ensemble)} returned it: {detail}",
         ledger_id=ledger_id,

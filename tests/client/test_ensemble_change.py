@@ -22,12 +22,14 @@ from bookiesim.client import (
     NotEnoughBookiesError,
 )
 from bookiesim.cluster.in_process import FaultyConnector, LocalCluster, running_cluster
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload, wait_until
 
 if TYPE_CHECKING:
+    from bookiesim.client.bookie_pool import OutcomeCallback
     from bookiesim.metadata.ledgers import LedgerMetadata
-    from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+    from bookiesim.proto.v3 import WireRequest
 
 
 async def check_closed_ledger(bk: BookKeeper, lh: LedgerHandle, acked: list[int]) -> None:
@@ -293,3 +295,30 @@ async def test_a_writer_waits_between_retries_of_bookies_that_keep_failing(
         await lh.close()
         await cluster.start_bookie(victim)
         await check_closed_ledger(bk, lh, list(range(20)))
+
+
+async def test_a_read_only_bookie_is_replaced_like_a_failed_one(
+    cluster: LocalCluster, bk: BookKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bookie that went read-only (a full or failed disk) answers adds with EREADONLY;
+    upstream's writer treats that like any failed bookie (``PendingAddOp``: every code but
+    OK, fenced and unauthorized) and replaces it by an ensemble change."""
+    lh = await bk.create_ledger(3, 2, 2)
+    lid = lh.ledger_id
+    victim = lh.ensemble[0]
+    submit = bk.pool.submit
+
+    def read_only(bookie: str, request: WireRequest, callback: OutcomeCallback) -> None:
+        if bookie == victim and request.operation == pb.ADD_ENTRY:
+            callback(pb.Response(status=pb.EREADONLY))
+        else:
+            submit(bookie, request, callback)
+
+    monkeypatch.setattr(bk.pool, "submit", read_only)
+    assert [await lh.add_entry(payload(lid, i)) for i in range(6)] == list(range(6))
+    assert victim not in lh.ensemble
+    assert bk.stats.ensemble_changes == 1
+    await lh.close()
+    metadata, _ = await bk.read_metadata(lid)
+    assert all(victim not in bookies for bookies in metadata.ensembles.values())
+    await check_closed_ledger(bk, lh, list(range(6)))
