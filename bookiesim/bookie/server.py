@@ -105,10 +105,13 @@ class BookieServer:
         host: str,
         port: int,
         *,
+        listeners: list[trio.SocketListener] | None = None,
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen on ``host:port`` (0 = a free port) and report the bound port."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        """Listen on ``host:port`` (0 = a free port), or on ``listeners`` bound before (a
+        bookie that needs its port before it opens its storage), and report the bound port."""
+        if listeners is None:
+            listeners = await trio.open_tcp_listeners(port, host=host)
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self.handle_connection, listeners)
