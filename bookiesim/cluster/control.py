@@ -47,6 +47,11 @@ from bookiesim.cluster.processes import (
     wait_ready,
 )
 from bookiesim.cluster.prometheus import PrometheusError, start_prometheus, stop_prometheus
+from bookiesim.cluster.registrations import (
+    adopt_unrecorded,
+    clear_stale_registrations,
+    wait_registered,
+)
 from bookiesim.cluster.state import (
     SCRAPE_FILE,
     STATE_FILE,
@@ -61,21 +66,12 @@ from bookiesim.cluster.state import (
 )
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
-from bookiesim.metadata.errors import MetadataError, NoNodeError
-from bookiesim.metadata.registration import (
-    available_path,
-    live_bookies,
-    read_only_bookies,
-    readonly_path,
-    watch_live_bookies,
-)
-from bookiesim.metadata.store import join_path
+from bookiesim.metadata.errors import MetadataError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from bookiesim.metadata.cookies import Cookie
-    from bookiesim.metadata.registration import BookieInfo
 
 __all__ = [
     "SCRAPE_FILE",
@@ -262,38 +258,6 @@ async def _restamp(cfg: BookieConfig) -> None:
         )
 
 
-async def clear_stale_registrations(uri: str, dead: dict[str, int]) -> list[str]:
-    """Delete the registrations of bookies that are known dead (``dead``: id -> the pid
-    that ran it, not alive any more): the store would keep each until its session expires
-    (10 s), and the bookie, started again under that id, would wait for it. Only a node
-    whose registered pid is that dead process is deleted. Returns the ids cleared."""
-    cleared = []
-    async with open_store(uri) as store:
-        for base, found in (
-            (available_path(store.ledgers_root), await live_bookies(store)),
-            (readonly_path(store.ledgers_root), await read_only_bookies(store)),
-        ):
-            for bookie_id, info in found.items():
-                if info.pid is not None and dead.get(bookie_id) == info.pid:
-                    with contextlib.suppress(NoNodeError):
-                        await store.delete(join_path(base, bookie_id))
-                        cleared.append(bookie_id)
-    return cleared
-
-
-async def wait_registered(uri: str, bookie_ids: set[str], max_wait: float) -> dict[str, BookieInfo]:
-    """Until every one of ``bookie_ids`` is registered; their registrations."""
-    live: dict[str, BookieInfo] = {}
-    async with open_store(uri) as store, watch_live_bookies(store) as changes:
-        with trio.move_on_after(max_wait):
-            async for bookies in changes:
-                live = dict(bookies)
-                if bookie_ids <= live.keys():
-                    return live
-    missing = sorted(bookie_ids - live.keys())
-    raise ClusterError(f"not registered in {uri} after {max_wait:g} s: {missing}")
-
-
 def _start(root: Path, state: dict[str, Any], records: list[dict[str, Any]]) -> list[LocalBookie]:
     """Start ``records``' bookies, wait until each serves and every running bookie of the
     cluster is registered, recording each step in ``cluster.json``. On a failure the bookies
@@ -404,6 +368,7 @@ def start_cluster(
     with cluster_lock(root, "up"):
         state = _plan(root, bookies, metadata, settings, scrape_interval, autorecovery)
         write_state(root, state)
+        adopt_unrecorded(state)
         waiting = [b for b in state["bookies"] if not pid_alive(b["pid"])]
         started = _start(root, state, waiting)
     return started, state
@@ -478,6 +443,7 @@ def stop_bookie(root: Path, which: str, timeout: float = STOP_TIMEOUT) -> tuple[
     with cluster_lock(root, "stop"):
         state = read_state(root)
         record = find_bookie(state, which)
+        adopt_unrecorded(state)
         if not pid_alive(record["pid"]):
             return f"{record['name']}: not running ({down_state(record)})", False
         outcome = _stop_pid(record["pid"], timeout)
@@ -492,6 +458,7 @@ def kill_bookie(root: Path, which: str) -> tuple[str, bool]:
     with cluster_lock(root, "kill"):
         state = read_state(root)
         record = find_bookie(state, which)
+        adopt_unrecorded(state)
         if not pid_alive(record["pid"]):
             return f"{record['name']}: not running ({down_state(record)})", False
         with contextlib.suppress(ProcessLookupError):
@@ -508,7 +475,9 @@ def start_bookie(root: Path, which: str) -> tuple[str, bool]:
     with cluster_lock(root, "start"):
         state = read_state(root)
         record = find_bookie(state, which)
+        adopt_unrecorded(state)
         if pid_alive(record["pid"]):
+            write_state(root, state)
             return f"{record['name']} ({record['bookieId']}): already running", False
         detach(_start(root, state, [record]))
     return (
@@ -525,6 +494,7 @@ def cluster_down(root: Path, timeout: float = STOP_TIMEOUT) -> list[tuple[str, s
     cluster's Prometheus; per bookie the outcome and whether it was a clean stop."""
     with cluster_lock(root, "down"):
         state = read_state(root)
+        adopt_unrecorded(state)
         outcomes: list[tuple[str, str, bool]] = []
         alive = [b for b in state["bookies"] if pid_alive(b["pid"])]
         for record in alive:

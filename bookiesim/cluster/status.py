@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bookiesim.cluster.processes import HOST, pid_alive
+from bookiesim.cluster.registrations import all_registrations
 from bookiesim.cluster.state import down_state, read_state
 from bookiesim.metadata import open_store
 from bookiesim.metadata.errors import MetadataError
-from bookiesim.metadata.registration import live_bookies, read_only_bookies
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
@@ -75,8 +75,7 @@ async def registrations(uri: str) -> dict[str, BookieInfo] | None:
     read."""
     try:
         with trio.fail_after(5):
-            async with open_store(uri) as store:
-                return await live_bookies(store) | await read_only_bookies(store)
+            return await all_registrations(uri)
     except (MetadataError, OSError, trio.TooSlowError):
         return None
 

@@ -96,3 +96,20 @@ def test_a_bookie_exit_code_is_told_with_its_meaning() -> None:
     assert exit_description(2) == "exited with code 2 (bad configuration)"
     assert "disk error" in exit_description(3)
     assert exit_description(-signal.SIGKILL) == "killed by SIGKILL"
+
+
+def test_two_changing_commands_at_once_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bookiesim.cluster.state import cluster_lock
+
+    with cluster_lock(tmp_path, "up"):
+        assert main(["cluster", "stop", "bookie-1", "--dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out == (
+        f"cluster stop: `cluster up` (pid {os.getpid()}) is changing the cluster in "
+        f"{tmp_path}; try again when it is done\n"
+    )
+    # Let go with the command: the next one gets as far as finding no cluster.
+    assert main(["cluster", "stop", "bookie-1", "--dir", str(tmp_path)]) == 1
+    assert "no cluster in" in capsys.readouterr().out

@@ -245,6 +245,14 @@ def test_an_interrupted_or_refused_up_is_resumed(
             n: i for n, i in recorded.items() if i
         }
         assert_cookies_name_the_ids(root)
+        # An `up` killed between starting a bookie and recording its pid: the next one finds
+        # the bookie by its registration instead of starting a second one on its port.
+        state = state_of(root)
+        pid = state["bookies"][1]["pid"]
+        state["bookies"][1]["pid"] = None
+        (root / "cluster.json").write_text(json.dumps(state))
+        assert "nothing started" in cli(capsys, "cluster", "up", *d)
+        assert state_of(root)["bookies"][1]["pid"] == pid
         # One more bookie: --bookies larger than the cluster adds it.
         cli(capsys, "cluster", "up", *d, "--bookies", "4")
         assert len(ids_of(root)) == 4
