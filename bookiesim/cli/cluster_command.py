@@ -52,7 +52,11 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("cluster", help="start, inspect and stop a local cluster")
     commands = parser.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    up = commands.add_parser("up", help="start bookies and return once they all serve")
+    up = commands.add_parser(
+        "up",
+        help="start the bookies (a new cluster, or the one in DIR as it was) and return once "
+        "they all serve",
+    )
     up.add_argument("--dir", type=Path, required=True, help="where the cluster lives")
     up.add_argument(
         "--bookies",

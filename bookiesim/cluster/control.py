@@ -84,6 +84,7 @@ __all__ = [
     "default_metadata_uri",
     "detach",
     "kill_bookie",
+    "merged_settings",
     "read_state",
     "scrape_config",
     "start_bookie",
@@ -111,7 +112,7 @@ def _key(setting: str) -> str:
     return setting.partition("=")[0].strip()
 
 
-def _merged(old: list[str], new: list[str]) -> list[str]:
+def merged_settings(old: list[str], new: list[str]) -> list[str]:
     """``old`` with every key ``new`` sets replaced (later ones win), in first-seen order."""
     by_key: dict[str, str] = {}
     for setting in (*old, *new):
@@ -196,7 +197,7 @@ def _plan(
     changes = list(settings)
     if autorecovery is not None:
         changes.insert(0, f"autoRecoveryDaemonEnabled={'true' if autorecovery else 'false'}")
-    merged = _merged(state["settings"], changes)
+    merged = merged_settings(state["settings"], changes)
     _check_settings(state["metadata"], merged)
     state["settings"] = merged
     if scrape_interval is not None:
