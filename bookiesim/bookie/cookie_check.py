@@ -354,7 +354,14 @@ async def stamp_cookies(
 ) -> tuple[Cookie, list[Path], str | None]:
     """Stamp the configuration's cookie into every directory and the store, replacing what
     is there (``bookiesim shell updatecookie``: directories moved on purpose). Returns the
-    cookie, the directories and the node written."""
+    cookie, the directories and the node written. ``bookiePort=0`` keeps the port the
+    directories' cookie names (the bookie's id); with no such cookie it is refused."""
+    cfg = resolve_cookie_port(cfg)
+    if cfg.bookie_port == 0:
+        raise CookieError(
+            "bookiePort=0 and no cookie in the directories names a port: set bookiePort to "
+            "the port this bookie registers with"
+        )
     cookie = expected_cookie(cfg, instance_id)
     dirs = cookie_dirs(cfg)
     for current in dirs:
