@@ -27,9 +27,13 @@ bookiesim's own additions:
   inconsistency is refused.
 * Without a metadata store, the directories' own cookies stand in for the store's: one
   directory without a cookie beside others that have one is refused, not stamped.
-* With ``bookiePort=0`` the bookie id in the cookie is ``host:0``, as upstream computes it
-  from the configuration before it binds, and only the directories are stamped: the store's
-  cookie is keyed by bookie id, and every ephemeral-port bookie of a cluster would share one.
+* ``bookiePort=0`` (a free port) is resolved before the check, so a cookie always names the
+  id the bookie registers with (:func:`cookie_port`): a bookie whose directories have a
+  cookie binds the port that cookie names (and is refused when it is taken); a new one binds
+  a free port and stamps it. Upstream computes the id from the configuration before it binds
+  and would write ``host:0``, which no ensemble names and every ephemeral-port bookie of a
+  cluster would share in the store; a cookie naming port 0 (written by bookiesim before it
+  resolved the port) is refused with the way out (``updatecookie --set bookiePort=PORT``).
 
 A refusal is a :class:`CookieError` whose message is one line naming the directory (or the
 store node) and what differs.
@@ -66,8 +70,10 @@ __all__ = [
     "CookieOutcome",
     "check_cookies",
     "cookie_dirs",
+    "cookie_port",
     "expected_cookie",
     "read_dir_cookie",
+    "resolve_cookie_port",
     "stamp_cookies",
     "write_dir_cookie",
 ]
@@ -107,9 +113,48 @@ def cookie_dirs(cfg: BookieConfig) -> list[Path]:
 
 
 def cookie_bookie_id(cfg: BookieConfig) -> str:
-    """The bookie id a cookie names: the configured address and port (``host:0`` for an
-    ephemeral port, as upstream computes it before it binds)."""
+    """The bookie id a cookie names: the configured address and port, as upstream's
+    ``getBookieId`` (a ``bookiePort`` of 0 is resolved first: :func:`cookie_port`)."""
     return f"{cfg.bookie_address}:{cfg.bookie_port}"
+
+
+def cookie_port(cfg: BookieConfig) -> int | None:
+    """The port the cookie in ``cfg``'s directories names, for a bookie configured with
+    ``bookiePort=0``: it must come back under the id its ledgers' ensembles name. None when
+    no directory has a cookie (a new bookie); :class:`CookieError` when the cookie names port
+    0 (stamped by bookiesim before it resolved the port: the id the bookie registered with
+    is not in it) or no port at all."""
+    for current in cookie_dirs(cfg):
+        cookie = read_dir_cookie(current)
+        if cookie is None:
+            continue
+        where = current / VERSION_FILE
+        _, _, text = cookie.bookie_id.rpartition(":")
+        try:
+            port = int(text)
+        except ValueError:
+            raise CookieError(
+                f"{where}: cookie of bookie {cookie.bookie_id or '?'} names no port, and "
+                "bookiePort=0 asks for the cookie's: set bookiePort"
+            ) from None
+        if port == 0:
+            raise CookieError(
+                f"{where}: cookie of bookie {cookie.bookie_id} names port 0 (stamped by an "
+                "earlier bookiesim), not the port this bookie registered with: re-stamp it "
+                "with `bookiesim shell updatecookie --set bookiePort=PORT ...` (its id in "
+                "the ledgers' ensembles; `bookiesim cluster up` does this for its bookies)"
+            )
+        return port
+    return None
+
+
+def resolve_cookie_port(cfg: BookieConfig) -> BookieConfig:
+    """``cfg`` with ``bookiePort=0`` replaced by the port its cookie names (unchanged when
+    the port is configured or there is no cookie yet)."""
+    if cfg.bookie_port != 0:
+        return cfg
+    port = cookie_port(cfg)
+    return cfg if port is None else cfg.replace(bookie_port=port)
 
 
 def expected_cookie(cfg: BookieConfig, instance_id: str | None) -> Cookie:
@@ -309,7 +354,14 @@ async def stamp_cookies(
 ) -> tuple[Cookie, list[Path], str | None]:
     """Stamp the configuration's cookie into every directory and the store, replacing what
     is there (``bookiesim shell updatecookie``: directories moved on purpose). Returns the
-    cookie, the directories and the node written."""
+    cookie, the directories and the node written. ``bookiePort=0`` keeps the port the
+    directories' cookie names (the bookie's id); with no such cookie it is refused."""
+    cfg = resolve_cookie_port(cfg)
+    if cfg.bookie_port == 0:
+        raise CookieError(
+            "bookiePort=0 and no cookie in the directories names a port: set bookiePort to "
+            "the port this bookie registers with"
+        )
     cookie = expected_cookie(cfg, instance_id)
     dirs = cookie_dirs(cfg)
     for current in dirs:

@@ -12,7 +12,8 @@ acknowledged is lost (the next start replays the journal), but the stop was not 
 
 INVALID_COOKIE = 4
 """The cookies refused the start (another bookie's directories, a directory missing, wiped or
-moved, another cluster): the bookie opened no storage. Upstream's bookie exits 2
+moved, another cluster, or with ``bookiePort=0`` the port its cookie names is taken): the
+bookie opened no storage. Upstream's bookie exits 2
 (``SERVER_EXCEPTION``) for this, as for any failure to build its server; a code of its own
 tells an operator to look at the directories, not at the configuration's syntax."""
 
@@ -36,7 +37,7 @@ machine, not at the configuration or the directories."""
 MEANINGS = {
     BAD_CONFIGURATION: "bad configuration",
     UNCLEAN_STOP: "its stop logged a disk error; nothing acknowledged is lost",
-    INVALID_COOKIE: "its cookies do not match its configuration (see its log)",
+    INVALID_COOKIE: "its cookies refused the start (see its log)",
     READ_ONLY_DISABLED: "it had to turn read-only and readOnlyModeEnabled=false (see its log)",
     UNUSABLE_DIRECTORY: "one of its directories cannot be written (see its log)",
     UNAVAILABLE: "its port is taken or its metadata store did not answer (see its log)",

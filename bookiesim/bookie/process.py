@@ -7,7 +7,9 @@ tests and experiments run several in one process through :mod:`bookiesim.cluster
 Start-up order, as upstream's: with a ``metadataServiceUri`` the store session is opened
 first and the cluster's identity ensured (``LAYOUT``, ``INSTANCEID``); then the cookies are
 checked and stamped (:mod:`.cookie_check`), and only then does the ledger storage open, the
-journal replay, the server listen and the bookie register, on that one session. Before all
+journal replay, the server listen and the bookie register, on that one session. One
+difference: with ``bookiePort=0`` the port is bound first (the port its directories' cookie
+names, else a free one), so that the cookies name the id the bookie registers with. Before all
 that, a process running one bookie (:func:`main_sync`) raises its soft ``RLIMIT_NOFILE`` to
 the hard limit and fits the descriptor caches under it (:mod:`.descriptors`); in-process
 clusters share one process and keep their configuration as given.
@@ -40,7 +42,7 @@ import trio
 from bookiesim import __version__
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
-from bookiesim.bookie.cookie_check import CookieError, check_cookies
+from bookiesim.bookie.cookie_check import CookieError, check_cookies, cookie_port
 from bookiesim.bookie.descriptors import DescriptorLimitError, plan_for_config, raise_soft_limit
 from bookiesim.bookie.disk_monitor import UnusableDirectoryError, check_directories
 from bookiesim.bookie.gc_admin import add_gc_routes
@@ -196,22 +198,49 @@ class BookieService:
     ) -> None:
         """Check the cookies (:class:`CookieError` if this bookie must not start), open
         the bookie, serve and register; until cancelled."""
+        check_directories(self.cfg)
+        listeners = await self._bind_ephemeral() if self.cfg.bookie_port == 0 else None
+        try:
+            cfg = self.cfg
+            if not cfg.metadata_service_uri:
+                await check_cookies(cfg)
+                await self._serve(None, listeners, task_status=task_status)
+                return
+            async with open_store(cfg.metadata_service_uri) as store:
+                instance = await ensure_cluster(store)
+                await check_cookies(
+                    cfg, store=store, ledgers_root=ledgers_root_of(store), instance_id=instance
+                )
+                await self._serve(store, listeners, task_status=task_status)
+        finally:
+            for listener in listeners or ():
+                await trio.aclose_forcefully(listener)
+
+    async def _bind_ephemeral(self) -> list[trio.SocketListener]:
+        """For ``bookiePort=0``: listen on the port the directories' cookie names (the id
+        this bookie's ledgers name; :class:`CookieError` when it is taken), else on a free
+        one, and make it the configured port, so the cookies stamped next and the
+        registration name one id."""
         cfg = self.cfg
-        check_directories(cfg)
-        if not cfg.metadata_service_uri:
-            await check_cookies(cfg)
-            await self._serve(None, task_status=task_status)
-            return
-        async with open_store(cfg.metadata_service_uri) as store:
-            instance = await ensure_cluster(store)
-            await check_cookies(
-                cfg, store=store, ledgers_root=ledgers_root_of(store), instance_id=instance
-            )
-            await self._serve(store, task_status=task_status)
+        port = cookie_port(cfg)
+        try:
+            listeners = await trio.open_tcp_listeners(port or 0, host=cfg.bookie_address)
+        except OSError as exc:
+            if port is None:
+                raise
+            raise CookieError(
+                f"cannot listen on {cfg.bookie_address}:{port}, the port of bookie "
+                f"{cfg.bookie_address}:{port} that its cookie names ({exc.strerror or exc}): "
+                "another process holds it; stop that one, or start this bookie when it is free"
+            ) from None
+        bound = int(listeners[0].socket.getsockname()[1])
+        self.cfg = cfg.replace(bookie_port=bound)
+        return listeners
 
     async def _serve(
         self,
         store: MetadataStore | None,
+        listeners: list[trio.SocketListener] | None,
         *,
         task_status: trio.TaskStatus[BookieAddress],
     ) -> None:
@@ -220,7 +249,7 @@ class BookieService:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.bookie.run)
             bookie_port = await nursery.start(
-                self.server.serve, cfg.bookie_address, cfg.bookie_port
+                partial(self.server.serve, cfg.bookie_address, cfg.bookie_port, listeners=listeners)
             )
             router = self.admin_router()
             http_port = await nursery.start(
@@ -320,7 +349,7 @@ async def run_until_signalled(
                     "ledgerDirectories": [str(d) for d in cfg.ledger_directories],
                     "journalDirectory": str(cfg.effective_journal_directories[0]),
                 }
-                print(json.dumps(ready), flush=True)
+                _announce(json.dumps(ready))
             nursery.start_soon(_stop_when_requested, service.bookie, nursery.cancel_scope, stopped)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
@@ -338,6 +367,18 @@ async def _stop_when_requested(
     if stopped is not None:
         stopped.append(True)
     scope.cancel()
+
+
+def _announce(line: str) -> None:
+    """Print the ready line. Whoever started this bookie may be gone (a ``cluster up``
+    interrupted while it started): the bookie serves on, stdout goes to /dev/null."""
+    try:
+        print(line, flush=True)
+    except OSError as exc:
+        log.warning("could not announce readiness on stdout (%s); serving anyway", exc)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _cookie_errors(exc: BaseException) -> list[CookieError]:

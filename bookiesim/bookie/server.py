@@ -107,11 +107,14 @@ class BookieServer:
         port: int,
         *,
         key: str = "bookiePort",
+        listeners: list[trio.SocketListener] | None = None,
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen on ``host:port`` (0 = a free port) and report the bound port;
-        :class:`~bookiesim.bookie.listen.ListenError` naming ``key`` if it cannot."""
-        listeners = await open_listeners(host, port, key)
+        """Listen on ``host:port`` (0 = a free port), or on ``listeners`` bound before (a
+        bookie that needs its port before it opens its storage), and report the bound port;
+        :class:`~bookiesim.bookie.listen.ListenError` naming ``key`` if it cannot listen."""
+        if listeners is None:
+            listeners = await open_listeners(host, port, key)
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self.handle_connection, listeners)

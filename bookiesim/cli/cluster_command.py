@@ -1,12 +1,21 @@
-"""``bookiesim cluster up|down|status --dir DIR``: a local cluster that outlives the command.
+"""``bookiesim cluster up|status|down|stop|start|kill --dir DIR``: a local cluster that
+outlives the command, and comes back.
 
 ``up`` starts N ``bookiesim bookie`` processes on loopback, each under ``DIR/bookie-N``, all
 registered in one metadata store (``sqlite:///DIR/metadata.db`` unless ``--metadata`` names
 another, e.g. ``zk://127.0.0.1:2181/ledgers``, whose path is the ledgers root as upstream reads
 it), writes a Prometheus scrape config to ``DIR/prometheus.yml`` and the cluster's description
-to ``DIR/cluster.json``, and returns once every bookie serves and is registered. ``status``
-reads that file and asks each bookie; ``down`` stops them (SIGTERM, a final checkpoint each;
-SIGKILL after a timeout).
+to ``DIR/cluster.json``, and returns once every bookie serves and is registered. On a
+directory that holds a cluster (stopped, half started, interrupted) it starts the bookies that
+do not run, as themselves (same ids, directories, settings); ``--bookies`` larger than the
+cluster adds bookies, smaller is refused. ``stop``/``start``/``kill BOOKIE`` do it for one
+bookie (``bookie-N``, ``N`` or its id ``127.0.0.1:PORT``). ``status`` reads ``cluster.json``
+and asks each bookie; ``down`` stops them (SIGTERM, a final checkpoint each; SIGKILL after a
+timeout).
+
+Exit codes: 0 done (also when the bookie already was as asked: one line says so), 1 a bookie
+failed or there is no cluster, 2 the command contradicts the cluster (``--metadata``,
+``--bookies``, a bad ``--set``, an unknown BOOKIE), 130 interrupted (Ctrl-C during ``up``).
 
 Every bookie runs auto-recovery unless ``--no-autorecovery``: kill one and the others copy
 its ledgers' entries after ``lostBookieRecoveryDelay`` (``--set lostBookieRecoveryDelay=N``;
@@ -23,19 +32,38 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from bookiesim.cluster.control import cluster_down, cluster_status, cluster_up
+from bookiesim.cluster.control import (
+    ClusterInterruptedError,
+    ClusterUsageError,
+    cluster_down,
+    cluster_up,
+    kill_bookie,
+    start_bookie,
+    stop_bookie,
+)
 from bookiesim.cluster.processes import HOST, ClusterError
+from bookiesim.cluster.status import cluster_status
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("cluster", help="start, inspect and stop a local cluster")
     commands = parser.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    up = commands.add_parser("up", help="start bookies and return once they all serve")
+    up = commands.add_parser(
+        "up",
+        help="start the bookies (a new cluster, or the one in DIR as it was) and return once "
+        "they all serve",
+    )
     up.add_argument("--dir", type=Path, required=True, help="where the cluster lives")
-    up.add_argument("--bookies", type=int, default=3, help="how many bookies (default 3)")
+    up.add_argument(
+        "--bookies",
+        type=int,
+        help="how many bookies (default 3; on an existing cluster: as many as it has, more "
+        "adds bookies)",
+    )
     up.add_argument("--metadata", help="metadata store URI (default sqlite:///DIR/metadata.db)")
     up.add_argument(
         "--set",
@@ -43,12 +71,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="configuration for every bookie (repeatable)",
+        help="configuration for every bookie (repeatable; recorded in cluster.json, so later "
+        "starts keep it; on an existing cluster it changes the recorded key)",
     )
     up.add_argument(
         "--no-autorecovery",
         dest="autorecovery",
-        action="store_false",
+        action="store_const",
+        const=False,
+        default=None,
         help="do not run auto-recovery in the bookies (default: every bookie runs it)",
     )
     up.add_argument(
@@ -56,9 +87,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also start Prometheus (Debian's prometheus package) scraping every bookie",
     )
-    up.add_argument(
-        "--scrape-interval", default="5s", help="Prometheus scrape interval (default 5s)"
-    )
+    up.add_argument("--scrape-interval", help="Prometheus scrape interval (default 5s)")
     up.add_argument("--json", action="store_true", help="print the cluster description as JSON")
     up.set_defaults(func=_up)
     status = commands.add_parser("status", help="what runs, where, and its state")
@@ -68,15 +97,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = commands.add_parser("down", help="stop every bookie (final checkpoint each)")
     down.add_argument("--dir", type=Path, required=True)
     down.set_defaults(func=_down)
+    for name, action, what in (
+        ("stop", _stop, "stop one bookie (SIGTERM: final checkpoint; SIGKILL after 30 s)"),
+        ("start", _start, "start one stopped, killed or dead bookie as itself"),
+        ("kill", _kill, "kill one bookie with SIGKILL (a crash: no final checkpoint)"),
+    ):
+        one = commands.add_parser(name, help=what)
+        one.add_argument("bookie", metavar="BOOKIE", help="bookie-N, N, or its id HOST:PORT")
+        one.add_argument("--dir", type=Path, required=True)
+        one.set_defaults(func=action)
 
 
 def _up(args: argparse.Namespace) -> int:
-    console = Console(stderr=args.json)
-    if args.bookies < 1:
-        console.print("cluster up: --bookies must be at least 1")
-        return 2
+    console = Console(stderr=args.json, width=max(110, Console().width))
     try:
-        with console.status(f"starting {args.bookies} bookies in {args.dir}"):
+        with console.status(f"starting the bookies of {args.dir}"):
             state = cluster_up(
                 args.dir,
                 args.bookies,
@@ -86,9 +121,29 @@ def _up(args: argparse.Namespace) -> int:
                 scrape_interval=args.scrape_interval,
                 autorecovery=args.autorecovery,
             )
+    except ClusterInterruptedError as exc:
+        console.print(f"cluster up: {exc}", markup=False, soft_wrap=True)
+        return 130
+    except KeyboardInterrupt:
+        console.print(
+            f"cluster up: interrupted; `bookiesim cluster status --dir {args.dir}` shows what "
+            f"runs, `bookiesim cluster up --dir {args.dir}` goes on",
+            markup=False,
+            soft_wrap=True,
+        )
+        return 130
+    except ClusterUsageError as exc:
+        console.print(f"cluster up: {exc}", markup=False, soft_wrap=True)
+        return 2
     except ClusterError as exc:
         console.print(f"cluster up: {exc}", markup=False)
         return 1
+    if not state["started"]:
+        console.print(
+            f"cluster up: every bookie of {args.dir} already runs; nothing started",
+            markup=False,
+            soft_wrap=True,
+        )
     if "prometheusError" in state:
         console.print(
             f"cluster up: no Prometheus: {state['prometheusError']}", markup=False, soft_wrap=True
@@ -97,14 +152,15 @@ def _up(args: argparse.Namespace) -> int:
         print(json.dumps(state))
         return 0
     table = Table(title=f"cluster in {args.dir}")
-    for column in ("bookie", "pid", "bookie id", "metrics"):
+    for column in ("bookie", "pid", "bookie id", "metrics", ""):
         table.add_column(column)
     for b in state["bookies"]:
         metrics = f"http://{HOST}:{b['httpServerPort']}/metrics"
-        table.add_row(b["name"], str(b["pid"]), b["bookieId"], metrics)
+        note = "started" if b["name"] in state["started"] else "was running"
+        table.add_row(b["name"], str(b["pid"]), b["bookieId"], metrics, note)
     console.print(table)
     console.print(f"metadata: {state['metadata']}")
-    if args.autorecovery:
+    if "autoRecoveryDaemonEnabled=true" in state["settings"]:
         console.print(
             "auto-recovery: in every bookie (bookiesim shell whoisauditor / listunderreplicated "
             f"--cluster {args.dir})",
@@ -135,6 +191,7 @@ def _status(args: argparse.Namespace) -> int:
         "pid",
         "ports",
         "state",
+        "mode",
         "registered",
         "active logs",
         "leastUnflushedLogId",
@@ -144,10 +201,11 @@ def _status(args: argparse.Namespace) -> int:
     for b in status["bookies"]:
         table.add_row(
             b["name"],
-            b["bookieId"],
-            str(b["pid"]),
-            f"{b['bookiePort']} / http {b['httpServerPort']}",
+            b["bookieId"] or "",
+            "" if b["pid"] is None else str(b["pid"]),
+            f"{b['bookiePort'] or '?'} / http {b['httpServerPort'] or '?'}",
             b["state"],
+            b["mode"] or "",
             "?" if b["registered"] is None else ("yes" if b["registered"] else "no"),
             "" if b["activeLogs"] is None else str(b["activeLogs"]),
             "" if b["leastUnflushedLogId"] is None else str(b["leastUnflushedLogId"]),
@@ -179,6 +237,33 @@ def _down(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         print(f"cluster down: {exc}")
         return 1
-    for name, outcome in outcomes:
+    for name, outcome, _ in outcomes:
         print(f"{name}: {outcome}")
-    return 0 if all(outcome == "stopped" for _, outcome in outcomes) else 1
+    return 0 if all(clean for _, _, clean in outcomes) else 1
+
+
+def _one(
+    command: str, action: Callable[[Path, str], tuple[str, bool]], args: argparse.Namespace
+) -> int:
+    try:
+        line, _ = action(args.dir, args.bookie)
+    except ClusterUsageError as exc:
+        print(f"cluster {command}: {exc}")
+        return 2
+    except ClusterError as exc:
+        print(f"cluster {command}: {exc}")
+        return 1
+    print(line)
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    return _one("stop", stop_bookie, args)
+
+
+def _start(args: argparse.Namespace) -> int:
+    return _one("start", start_bookie, args)
+
+
+def _kill(args: argparse.Namespace) -> int:
+    return _one("kill", kill_bookie, args)

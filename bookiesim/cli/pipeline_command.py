@@ -74,7 +74,8 @@ def _bookie_ids(args: argparse.Namespace) -> dict[str, str]:
     ids: dict[str, str] = {}
     state = _cluster_state(args)
     if state:
-        ids.update({b["name"]: b["bookieId"] for b in state["bookies"]})
+        # A bookie that never started has no id yet.
+        ids.update({b["name"]: b["bookieId"] for b in state["bookies"] if b.get("bookieId")})
     for pair in args.bookie_id:
         name, sep, bookie_id = pair.partition("=")
         if not sep:

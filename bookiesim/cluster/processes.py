@@ -116,7 +116,10 @@ class LocalBookie:
 # -- processes -----------------------------------------------------------------------------
 
 
-def pid_alive(pid: int) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs (None, a process never started: no)."""
+    if pid is None:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -162,7 +165,8 @@ def spawn_bookie(
     args = list(program)
     for setting in settings:
         args += ["--set", setting]
-    with (root / "bookie.log").open("wb") as log_file:
+    # Appended to: a bookie restarted on its data keeps the log of its earlier runs.
+    with (root / "bookie.log").open("ab") as log_file:
         try:
             proc = subprocess.Popen(
                 args,

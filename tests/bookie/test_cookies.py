@@ -219,11 +219,13 @@ async def test_without_a_store_only_the_dirs_are_stamped_without_an_instance_id(
     tmp_path: Path,
 ) -> None:
     cfg = bookie_config(tmp_path)
-    await write_some(cfg)
+    async with running_bookie(cfg) as svc:
+        assert svc.address is not None
+        bound = svc.address.bookie_id
     cookies = stamped(cfg)
     assert cookies[0] is not None
     assert cookies[0].instance_id is None
-    assert cookies[0].bookie_id == "127.0.0.1:0"  # ephemeral port: upstream's id before bind
+    assert cookies[0].bookie_id == bound  # bookiePort=0: the port bound, the id it serves as
     assert cookies == [cookies[0]] * 2
     await write_some(cfg)
 

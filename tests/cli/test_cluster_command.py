@@ -37,7 +37,7 @@ def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         doc = status(root, capsys)
         rows = doc["bookies"]
         assert isinstance(rows, list)
-        assert [row["state"] for row in rows] == ["writable", "writable"]
+        assert [(row["state"], row["mode"]) for row in rows] == [("running", "writable")] * 2
         assert all(row["registered"] for row in rows)
         assert doc["prometheus"] is None
         # Auto-recovery runs in every bookie by default; the first to vote is the auditor.
@@ -48,24 +48,25 @@ def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert main(["cluster", "status", "--dir", str(root)]) == 0
         assert f"auto-recovery: auditor {autorecovery['auditor']};" in capsys.readouterr().out
 
-        # A second `up` in the same dir refuses instead of starting a second cluster.
-        assert main(["cluster", "up", "--dir", str(root), "--bookies", "1"]) == 1
-        assert "already running" in capsys.readouterr().out
+        # A second `up` in the same dir starts no second cluster: nothing to do.
+        assert main(["cluster", "up", "--dir", str(root)]) == 0
+        assert "already runs; nothing started" in capsys.readouterr().out
 
-        # A bookie that dies is reported as stopped.
+        # A bookie that dies by itself is reported as dead.
         os.kill(pids[0], signal.SIGKILL)
         doc = status(root, capsys)
         rows = doc["bookies"]
         assert isinstance(rows, list)
-        assert rows[0]["state"] == "stopped"
-        assert rows[1]["state"] == "writable"
+        assert rows[0]["state"] == "dead"
+        assert rows[1]["state"] == "running"
     finally:
         main(["cluster", "down", "--dir", str(root)])
         capsys.readouterr()
     assert not any(pid_alive(pid) for pid in pids)
     rows = status(root, capsys)["bookies"]
     assert isinstance(rows, list)
-    assert all(row["state"] == "stopped" for row in rows)
+    # `down` stopped the one that ran; the one that died by itself is still told apart.
+    assert [row["state"] for row in rows] == ["dead", "stopped"]
 
 
 def test_up_without_autorecovery(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,3 +96,20 @@ def test_a_bookie_exit_code_is_told_with_its_meaning() -> None:
     assert exit_description(2) == "exited with code 2 (bad configuration)"
     assert "disk error" in exit_description(3)
     assert exit_description(-signal.SIGKILL) == "killed by SIGKILL"
+
+
+def test_two_changing_commands_at_once_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bookiesim.cluster.state import cluster_lock
+
+    with cluster_lock(tmp_path, "up"):
+        assert main(["cluster", "stop", "bookie-1", "--dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out == (
+        f"cluster stop: `cluster up` (pid {os.getpid()}) is changing the cluster in "
+        f"{tmp_path}; try again when it is done\n"
+    )
+    # Let go with the command: the next one gets as far as finding no cluster.
+    assert main(["cluster", "stop", "bookie-1", "--dir", str(tmp_path)]) == 1
+    assert "no cluster in" in capsys.readouterr().out

@@ -73,7 +73,8 @@ async def test_a_companion_gets_the_store_id_routes_and_registry(tmp_path: Path)
         context = recorder.context
         assert context is not None
         assert context.bookie_id == address.bookie_id
-        assert context.cfg is cfg
+        # The configuration it serves with: bookiePort=0 resolved to the port it bound.
+        assert context.cfg == cfg.replace(bookie_port=address.bookie_port)
         # Started after the registration: what it does sees this bookie live.
         assert recorder.live_at_start == [address.bookie_id]
         base = f"http://127.0.0.1:{address.http_port}"

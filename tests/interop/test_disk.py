@@ -160,7 +160,8 @@ async def test_bookiesim_directories_have_upstreams_shape(tmp_path: Path) -> Non
     texts = {(d / "VERSION").read_bytes() for d in (journal, ledgers)}
     assert len(texts) == 1
     (text,) = texts
-    assert text.startswith(b'5\nbookieHost: "127.0.0.1:0"\njournalDir: "')
+    assert svc.address is not None
+    assert text.startswith(f'5\nbookieHost: "{svc.address.bookie_id}"\njournalDir: "'.encode())
     assert Cookie.decode(text).ledger_dirs == f"1\t{tmp_path / 'ledgers'}"
 
     # Index files: <hex>/<hex>/<hex>.idx, header + whole 8 KiB pages.

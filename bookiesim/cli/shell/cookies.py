@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bookie.config import BookieConfig, ConfigError
-from bookiesim.bookie.cookie_check import cookie_bookie_id, stamp_cookies
+from bookiesim.bookie.cookie_check import (
+    CookieError,
+    cookie_bookie_id,
+    resolve_cookie_port,
+    stamp_cookies,
+)
 from bookiesim.cli.bookie_command import add_config_arguments, config_from_args
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
@@ -55,7 +60,7 @@ def _updatecookie(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         lines = trio.run(update_cookies, cfg)
-    except (ConfigError, UpdateRefusedError, MetadataError) as exc:
+    except (ConfigError, UpdateRefusedError, MetadataError, CookieError) as exc:
         print(f"bookiesim shell updatecookie: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except OSError as exc:
@@ -68,7 +73,14 @@ def _updatecookie(args: argparse.Namespace) -> int:
 
 
 async def update_cookies(cfg: BookieConfig) -> list[str]:
-    """Stamp ``cfg``'s cookie everywhere; the lines to print (what was written)."""
+    """Stamp ``cfg``'s cookie everywhere; the lines to print (what was written).
+    ``bookiePort=0`` keeps the port the directories' cookie names (the bookie's id)."""
+    cfg = resolve_cookie_port(cfg)
+    if cfg.bookie_port == 0:
+        raise UpdateRefusedError(
+            "bookiePort=0 and no cookie in the directories names a port: set bookiePort to "
+            "the port this bookie registers with"
+        )
     bookie_id = cookie_bookie_id(cfg)
     if not cfg.metadata_service_uri:
         _, dirs, _ = await stamp_cookies(cfg)

@@ -1,0 +1,73 @@
+"""``cluster.json`` and the settings ``cluster up`` records: what a later ``up`` reads back is
+what was written, the previous version's file opens, and ``--set`` on an existing cluster
+replaces exactly the keys it names."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookiesim.cluster.control import merged_settings
+from bookiesim.cluster.processes import ClusterError
+from bookiesim.cluster.state import FORMAT, find_bookie, read_state, write_state
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+keys = st.sampled_from(["flushInterval", "journalPreAllocSizeMB", "autoRecoveryDaemonEnabled"])
+settings = st.lists(st.tuples(keys, st.integers(0, 9)).map(lambda kv: f"{kv[0]}={kv[1]}"))
+
+
+@given(old=settings, new=settings)
+def test_set_on_an_existing_cluster_replaces_the_keys_it_names(
+    old: list[str], new: list[str]
+) -> None:
+    merged = merged_settings(old, new)
+    as_dict = dict(s.split("=", 1) for s in [*old, *new])  # later ones win
+    assert dict(s.split("=", 1) for s in merged) == as_dict
+    assert len(merged) == len(as_dict)  # each key once
+
+
+def test_the_previous_versions_file_opens_and_round_trips(tmp_path: Path) -> None:
+    previous = {
+        "metadata": f"sqlite:///{tmp_path}/metadata.db",
+        "settings": ["autoRecoveryDaemonEnabled=true"],
+        "bookies": [
+            {
+                "name": "bookie-1",
+                "pid": 4242,
+                "bookieId": "127.0.0.1:35253",
+                "bookiePort": 35253,
+                "httpServerPort": 41000,
+                "dir": str(tmp_path / "bookie-1"),
+                "log": str(tmp_path / "bookie-1" / "bookie.log"),
+            }
+        ],
+        "scrapeConfig": str(tmp_path / "prometheus.yml"),
+        "prometheus": None,
+    }
+    (tmp_path / "cluster.json").write_text(json.dumps(previous))
+    state = read_state(tmp_path)
+    assert state["format"] == FORMAT
+    (bookie,) = state["bookies"]
+    assert (bookie["bookieId"], bookie["expected"]) == ("127.0.0.1:35253", "running")
+    write_state(tmp_path, state)
+    assert read_state(tmp_path) == state
+    assert '"127.0.0.1:41000"' in (tmp_path / "prometheus.yml").read_text()
+    # Named by name, index or id; anything else says which there are.
+    assert find_bookie(state, "bookie-1") is find_bookie(state, "1") is bookie
+    assert find_bookie(state, "127.0.0.1:35253") is bookie
+    with pytest.raises(ClusterError, match=r"no bookie '2' .*bookie-1 \(127.0.0.1:35253\)"):
+        find_bookie(state, "2")
+
+
+def test_a_file_that_is_no_cluster_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "cluster.json").write_text('{"bookies": []}')
+    with pytest.raises(ClusterError) as caught:
+        read_state(tmp_path)
+    assert "\n" not in str(caught.value)
+    assert "not a cluster description bookiesim can read" in str(caught.value)
