@@ -259,6 +259,9 @@ def test_readjournal_json_has_every_record_kind(
         "endOffset": 1024,  # the records, then padding to the sector boundary
         "torn": False,
         "tornOffset": None,
+        "tornReason": None,
+        "droppedRecords": 0,
+        "tailChecked": True,
     }
 
 
