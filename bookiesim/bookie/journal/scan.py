@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import io
     from collections.abc import Generator, Iterable
 
+    from bookiesim.bookie.journal.tail import StoredEntry
+
 __all__ = [
     "DEFAULT_READ_CHUNK",
     "MIB",
@@ -281,7 +283,9 @@ class JournalReplay:
     mark when there was nothing to scan; ``torn`` lists the ids of files with a torn tail.
     ``tail_file_id`` is the last file holding records after the mark (None if none does):
     its final write is checked for a record torn by a power loss, and ``tear`` says what
-    was dropped there. Every torn tail is logged as one WARNING line.
+    was dropped there. Every torn tail is logged as one WARNING line. ``stored_entry``
+    reads an entry from ledger storage (None if absent): a ledger whose entries before
+    the mark are all in storage has its digest type learned from there.
     """
 
     def __init__(
@@ -291,6 +295,7 @@ class JournalReplay:
         *,
         chunk_size: int = DEFAULT_READ_CHUNK,
         max_record_size: int = MAX_RECORD_SIZE,
+        stored_entry: StoredEntry | None = None,
     ) -> None:
         self.journal_dir = os.fspath(journal_dir)
         self.mark = mark
@@ -309,6 +314,7 @@ class JournalReplay:
         self.tear: TornTail | None = None
         self._chunk_size = chunk_size
         self._max_record_size = max_record_size
+        self._stored_entry = stored_entry
         current = journal_current_dir(self.journal_dir)
         self.tail_file_id: int | None = next(
             (i for i in reversed(ids) if _holds_records(self._path(current, i), self._start(i))),
@@ -331,7 +337,7 @@ class JournalReplay:
 
     def _replay(self) -> Generator[ReplayedRecord, None, None]:
         current = journal_current_dir(self.journal_dir)
-        digests = LedgerDigests()
+        digests = LedgerDigests(self._stored_entry)
         for file_id in self.journal_ids:
             is_tail = file_id == self.tail_file_id
             scan = JournalScan(
@@ -369,6 +375,7 @@ def replay(
     *,
     chunk_size: int = DEFAULT_READ_CHUNK,
     max_record_size: int = MAX_RECORD_SIZE,
+    stored_entry: StoredEntry | None = None,
 ) -> JournalReplay:
     """Records of the journals at or after ``mark`` (upstream ``BookieImpl.replay``).
 
@@ -377,4 +384,10 @@ def replay(
     the final write of the last file holding records is dropped with everything after it
     (module ``tail``), with one WARNING line naming the file and offset.
     """
-    return JournalReplay(journal_dir, mark, chunk_size=chunk_size, max_record_size=max_record_size)
+    return JournalReplay(
+        journal_dir,
+        mark,
+        chunk_size=chunk_size,
+        max_record_size=max_record_size,
+        stored_entry=stored_entry,
+    )

@@ -25,15 +25,17 @@ ever dropping a whole one. This module decides that, over records the decoder pr
       and its bytes show what a power loss leaves: it ends in a zero byte, or one of its
       512-byte sectors is all zeros. The bookie never reads ledger metadata, so the
       ledger's digest type is learned from the journal: the first of its entries that
-      verifies with CRC32C or CRC32 fixes it; until one does, an entry whose header says
+      verifies with CRC32C or CRC32 fixes it (when none is in the journal after the mark,
+      the entry before it in ledger storage, if the caller can read storage); until one
+      does, an entry whose header says
       how long its payload is (entry 0, whose ledger length is its payload; or the entry
       right after one seen whole, by the difference of their lengths) implies its digest
       length: 4 CRC32C, 8 CRC32, 20 HMAC, 0 DUMMY.
   (b) ``zero-filled``: the entry is zeros from inside its 32-byte header on, and what is
       left of the header cannot be a real one (the LAC is not below the entry id or is
       below -1, the ledger length is shorter than the payload the record carries, or it
-      implies no digest length); or its header implies an HMAC digest and the zeros start
-      at or before its end (no HMAC-SHA1 is 20 zero bytes).
+      implies no digest length); or its header implies an HMAC digest and the zeros cover
+      all of it (no HMAC-SHA1 is 20 zero bytes).
   (c) ``ids``: the entry id itself was cut (zeros from inside the first 16 bytes on) to an
       id below one the journal already holds for that ledger.
 
@@ -67,7 +69,10 @@ from bookiesim.proto.entry_digest import CrcKind, crc_matches
 from bookiesim.proto.entry_header import HEADER, HEADER_LENGTH
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    StoredEntry = Callable[[int, int], bytes | None]
+    """(ledger id, entry id) -> the body ledger storage holds, or None."""
 
 __all__ = ["Held", "LedgerDigests", "TailWindow", "TornTail", "find_tear"]
 
@@ -121,7 +126,9 @@ class LedgerDigests:
     learns from the final write's entries as it checks them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stored: StoredEntry | None = None) -> None:
+        self._stored = stored
+        self._consulted: set[int] = set()
         self._kinds: dict[int, _Kind] = {}
         # ledger -> (entry id, ledger length) of its latest whole entry: the next entry's
         # payload length is the difference of the lengths.
@@ -135,6 +142,21 @@ class LedgerDigests:
 
     def highest_entry(self, ledger_id: int) -> int | None:
         return self._highest.get(ledger_id)
+
+    def consult(self, ledger_id: int, entry_id: int) -> None:
+        """Learn from the stored entry before ``entry_id`` when the journal taught nothing
+        about its ledger (its earlier entries lie before the checkpoint mark, in ledger
+        storage). Once per ledger; a missing or foreign body teaches nothing."""
+        if self._stored is None or entry_id <= 0 or ledger_id in self._consulted:
+            return
+        self._consulted.add(ledger_id)
+        body = self._stored(ledger_id, entry_id - 1)
+        if (
+            body is not None
+            and len(body) >= HEADER_LENGTH
+            and HEADER.unpack_from(body)[:2] == (ledger_id, entry_id - 1)
+        ):
+            self.learn(DataRecord(ledger_id, entry_id - 1, body))
 
     def learn(self, rec: DataRecord) -> None:
         """Take ``rec`` as a whole entry of its ledger."""
@@ -212,6 +234,8 @@ def _check_entry(held: Held, rec: DataRecord, digests: LedgerDigests, alignment:
         digests.learn(rec)  # not a packaged entry; nothing to check
         return None
     where = f"ledger {rec.ledger_id} entry {rec.entry_id}"
+    if digests.kind(rec.ledger_id) is None:
+        digests.consult(rec.ledger_id, rec.entry_id)
     learned = digests.kind(rec.ledger_id)
     implied = digests.implied_digest_length(rec)
     kind = learned if learned is not None else _kind_of_length(implied)
@@ -226,8 +250,9 @@ def _check_entry(held: Held, rec: DataRecord, digests: LedgerDigests, alignment:
         digests.learn(rec)
         return None
     zeros_from = _trailing_zeros_from(body)
-    if implied == _MAX_DIGEST and zeros_from <= HEADER_LENGTH + _MAX_DIGEST:
+    if implied == _MAX_DIGEST and zeros_from <= HEADER_LENGTH:
         # No HMAC-SHA1 is 20 zero bytes: the digest's place is the preallocated zeros.
+        # (A digest cut inside is not told: a whole one may end in zero bytes.)
         return f"{where}: zero-filled from byte {zeros_from}, where its HMAC digest should be"
     if zeros_from < HEADER_LENGTH:
         # The zeros start inside the header: what is left of it must still be a header.
