@@ -155,6 +155,18 @@ def test_a_cut_final_write_keeps_every_whole_record(
         return p.end <= at or (not truncate and not any(journal.data[max(at, p.offset) : p.end]))
 
     whole = [p.record for p in journal.placed if written_whole(p)]
+    # A master key is always followed by its ledger's record in the same write; when the
+    # cut took that record, replay drops the key too (nothing acknowledged needs it).
+    placed_whole = [p for p in journal.placed if written_whole(p)]
+    if (
+        placed_whole
+        and isinstance(whole[-1], MasterKeyRecord)
+        and placed_whole[-1].offset >= journal.final_start
+        and kept[len(whole) - 1 : len(whole)] != whole[-1:]
+    ):
+        whole.pop()
+        assert torn is not None
+        assert torn.reason.startswith(f"master key of ledger {whole_key_ledger(placed_whole)} ")
     # Never a whole record dropped.
     assert kept[: len(whole)] == whole
     cut_record = next((p for p in journal.placed if not written_whole(p)), None)
@@ -166,11 +178,15 @@ def test_a_cut_final_write_keeps_every_whole_record(
     if is_checkable(journal, cut_record.record):
         assert kept == whole
         # Cut inside its length field, the record may read as a zero length: the journal
-        # then simply ends there.
+        # then simply ends there (or at the master key before it, dropped).
         no_record = at < cut_record.offset + 4 and not any(journal.data[cut_record.offset : at])
-        assert (torn is None) == no_record
-        if torn is not None:
+        assert (torn is None) == (no_record and len(whole) == len(placed_whole))
+        if torn is not None and len(whole) == len(placed_whole):
             assert (torn.offset, torn.dropped) == (cut_record.offset, 1)
+
+
+def whole_key_ledger(placed: list[Placed]) -> int:
+    return placed[-1].record.ledger_id
 
 
 @settings(max_examples=200, deadline=None)
@@ -372,3 +388,31 @@ def test_a_ledgers_digest_is_learned_from_storage_when_the_journal_has_none() ->
         assert (torn is not None) == dropped
         # Without storage nothing tells the digest type: it is replayed as upstream does.
         assert len(kept) == (0 if dropped else 1)
+
+
+def test_a_master_key_without_its_ledgers_record_is_dropped() -> None:
+    # The key's write was cut right after it: its entry is gone, and the key itself may
+    # be cut (a key replayed short would refuse the ledger's adds).
+    records = entries(DigestType.DUMMY, [b"a" * 100])
+    data = one_write(records)
+    key_end = len(encode_header()) + len(encode_record(records[0]))
+    for at in (key_end, key_end - 7):
+        kept, torn = replay_bytes(zero_from(data, at))
+        assert kept == []
+        assert torn is not None
+        assert torn.reason == (
+            "master key of ledger 1 with no record of that ledger after it in the write"
+        )
+    assert replay_bytes(zero_from(data, len(data))) == (records, None)
+
+
+def test_a_fence_record_cut_inside_its_ledger_id_is_dropped() -> None:
+    # Cut after 7 of its 16 bytes, a fence of ledger 5 reads as a 16-byte entry 0 of
+    # ledger 0: replayed, it would overwrite ledger 0's entry 0.
+    records = [*entries(DigestType.CRC32C, [b"a" * 100], ledger_id=0), FenceRecord(5)]
+    data = one_write(records)
+    fence_at = len(data) - len(encode_record(records[-1]))
+    kept, torn = replay_bytes(zero_from(data, fence_at + 4 + 7))
+    assert kept == records[:-1]
+    assert torn is not None
+    assert torn.reason == "ledger 0 entry 0: zero-filled from inside its ledger id, 16 bytes"

@@ -16,9 +16,12 @@ there (upstream does the same). Garbage instead shows up as a length no writer p
 negative, or larger than any record (text such as "Junk" reads as ~1.2 GB) — and upstream
 refuses to start on it; so do we. A file without the ``BKLG`` magic is a pre-V2 journal
 whose first four bytes are already a record length, so "wrong magic" is caught by the same
-length check. What no reader can detect is a tail that a crash left as zeros *inside* a
-record (preallocated space): that record comes back partly zeroed and the client's digest
-rejects it, as upstream's ``testTruncatedInEntryJournal`` expects.
+length check. What the decoder cannot see is a tail that a crash left as zeros *inside* a
+record (preallocated space): the record comes back whole-sized but partly zeroed. Upstream
+replays it (its ``testTruncatedInEntryJournal`` expects the client's digest to reject it),
+which breaks the ledger's recovery; :mod:`~bookiesim.bookie.journal.tail` checks the
+records of the journal's final write (digest, header, ids) and replay drops such a record
+and everything after it.
 
 Deliberate differences from upstream, each either refusing garbage more clearly or
 starting after a crash where upstream would not:

@@ -37,7 +37,12 @@ ever dropping a whole one. This module decides that, over records the decoder pr
       implies no digest length); or its header implies an HMAC digest and the zeros cover
       all of it (no HMAC-SHA1 is 20 zero bytes).
   (c) ``ids``: the entry id itself was cut (zeros from inside the first 16 bytes on) to an
-      id below one the journal already holds for that ledger.
+      id below one the journal already holds for that ledger; or a record too short for
+      an entry header is zeros from inside its ledger id on (a fence record cut there
+      reads as entry 0 of another ledger).
+  (d) ``master key``: a master-key record with no record of its ledger after it in the
+      write (it is always journaled just ahead of one): the write was cut, perhaps inside
+      the key, and a cut key replayed would make the ledger's adds fail with EUA.
 
 A whole entry never matches: its digest verifies, or its header is a real one. So a
 valid entry whose payload ends in zeros is never dropped.
@@ -64,6 +69,7 @@ from bookiesim.bookie.journal.records import (
     DataRecord,
     JournalFormatError,
     JournalRecord,
+    MasterKeyRecord,
 )
 from bookiesim.proto.entry_digest import CrcKind, crc_matches
 from bookiesim.proto.entry_header import HEADER, HEADER_LENGTH
@@ -230,10 +236,15 @@ def _kind_of_length(digest_length: int | None) -> _Kind | None:
 def _check_entry(held: Held, rec: DataRecord, digests: LedgerDigests, alignment: int) -> str | None:
     """Why ``rec`` (an entry of the final write) is torn, or None; learns from it if whole."""
     body = rec.body
-    if len(body) < HEADER_LENGTH:
-        digests.learn(rec)  # not a packaged entry; nothing to check
-        return None
     where = f"ledger {rec.ledger_id} entry {rec.entry_id}"
+    if len(body) < HEADER_LENGTH:
+        # Not a packaged entry (the bookie stores any body of 16 bytes or more), but a
+        # 16-byte fence record cut inside its ledger id reads as one: entry 0 of another
+        # ledger (often 0), whose real entry 0 replay would overwrite.
+        if _trailing_zeros_from(body) <= 8:
+            return f"{where}: zero-filled from inside its ledger id, {len(body)} bytes"
+        digests.learn(rec)
+        return None
     if digests.kind(rec.ledger_id) is None:
         digests.consult(rec.ledger_id, rec.entry_id)
     learned = digests.kind(rec.ledger_id)
@@ -287,6 +298,17 @@ def find_tear(
             reason = _check_entry(held, rec, digests, alignment)
             if reason is not None:
                 return i, reason
+        elif isinstance(rec, MasterKeyRecord) and not any(
+            h.record.ledger_id == rec.ledger_id for h in write[i + 1 :]
+        ):
+            # A master key is journaled just ahead of its ledger's entry, fence or explicit
+            # LAC, in the same write. Without it the write was cut, maybe inside the key;
+            # replaying a cut key would refuse that ledger's adds (EUA). Nothing
+            # acknowledged depends on the key record alone.
+            return i, (
+                f"master key of ledger {rec.ledger_id} with no record of that ledger after "
+                f"it in the write"
+            )
     return None
 
 
