@@ -11,9 +11,11 @@ same checks anywhere but in the final write is replayed as before.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,6 +78,8 @@ def replay_bytes(
         except JournalFormatError as e:
             assert window is not None
             held, tear = window.junk(e)
+            if tear is None:
+                raise
             return kept + [h.record for h in held], tear
         assert r is not NEED_DATA
         if r is END:
@@ -416,3 +420,23 @@ def test_a_fence_record_cut_inside_its_ledger_id_is_dropped() -> None:
     assert kept == records[:-1]
     assert torn is not None
     assert torn.reason == "ledger 0 entry 0: zero-filled from inside its ledger id, 16 bytes"
+
+
+def test_junk_after_a_torn_record_is_part_of_the_tear() -> None:
+    # A lost sector in the middle of the final write: the cut entry, then bytes of the
+    # write that did land, read from the wrong place as a length no writer produces.
+    records = entries(DigestType.CRC32C, [b"a" * 100, b"b" * 1500])
+    data = bytearray(one_write(records))
+    start = last_record_offset(bytes(data), records)
+    sector = (start + 4 + 511) // 512 * 512  # the first sector wholly inside the entry
+    data[sector : sector + 512] = bytes(512)
+    kept, torn = replay_bytes(bytes(data) + struct.pack(">i", -7) + bytes(PREALLOC))
+    assert kept == records[:-1]
+    assert torn is not None
+    assert torn.offset == start
+    assert "CRC32C digest mismatch over a zero-filled tail; then invalid record length -7" in (
+        torn.reason
+    )
+    # The same junk with no torn record before it is still refused.
+    with pytest.raises(JournalFormatError, match="invalid record length -7"):
+        replay_bytes(one_write(records) + struct.pack(">i", -7) + bytes(PREALLOC))

@@ -179,8 +179,10 @@ class JournalScan:
             except JournalFormatError as e:
                 if window is None:
                     raise
-                kept, tear = window.junk(e)  # raises e unless a torn record came first
+                kept, tear = window.junk(e)
                 yield from self._release(kept)
+                if tear is None:
+                    raise  # junk with no torn record before it: not a journal
                 self._torn_at(tear)
                 return
             if r is NEED_DATA:

@@ -27,10 +27,9 @@ ever dropping a whole one. This module decides that, over records the decoder pr
       ledger's digest type is learned from the journal: the first of its entries that
       verifies with CRC32C or CRC32 fixes it (when none is in the journal after the mark,
       the entry before it in ledger storage, if the caller can read storage); until one
-      does, an entry whose header says
-      how long its payload is (entry 0, whose ledger length is its payload; or the entry
-      right after one seen whole, by the difference of their lengths) implies its digest
-      length: 4 CRC32C, 8 CRC32, 20 HMAC, 0 DUMMY.
+      does, an entry whose header says how long its payload is (entry 0, whose ledger
+      length is its payload; or the entry right after one seen whole, by the difference
+      of their lengths) implies its digest length: 4 CRC32C, 8 CRC32, 20 HMAC, 0 DUMMY.
   (b) ``zero-filled``: the entry is zeros from inside its 32-byte header on, and what is
       left of the header cannot be a real one (the LAC is not below the entry id or is
       below -1, the ledger length is shorter than the payload the record carries, or it
@@ -319,7 +318,8 @@ class TailWindow:
     the file ``finish`` returns the rest of the records (the final write up to a torn
     record) and the :class:`TornTail`, if any. ``junk`` is for a ``JournalFormatError`` in
     the tail file: after a torn record in the final write it is the same tear (a cut length
-    can leave the decoder reading from inside a record); otherwise it is raised again.
+    can leave the decoder reading from inside a record); otherwise (no ``TornTail``) the
+    caller hands out the records returned and raises the error, as without the window.
     """
 
     def __init__(self, digests: LedgerDigests, version: int, alignment: int = ALIGNMENT) -> None:
@@ -354,9 +354,9 @@ class TailWindow:
         i, reason = found
         return write[:i], TornTail(write[i].offset, reason, len(write) - i)
 
-    def junk(self, error: JournalFormatError) -> tuple[list[Held], TornTail]:
+    def junk(self, error: JournalFormatError) -> tuple[list[Held], TornTail | None]:
         kept, torn = self.finish()
         if torn is None:
-            raise error
+            return kept, None  # the caller hands these out, then raises ``error``
         reason = f"{torn.reason}; then {error.message} at offset {error.offset}"
         return kept, TornTail(torn.offset, reason, torn.dropped)
