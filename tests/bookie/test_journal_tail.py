@@ -387,7 +387,7 @@ def test_a_ledgers_digest_is_learned_from_storage_when_the_journal_has_none() ->
     stored = {(r.ledger_id, r.entry_id): r.body for r in records[1:-1] if isinstance(r, DataRecord)}
     for lookup, dropped in ((None, False), (lambda lid, eid: stored.get((lid, eid)), True)):
         window = TailWindow(LedgerDigests(lookup), 6)
-        assert window.push(dec.record_offset, dec.record_size, cut_entry) == []
+        assert not window.push(dec.record_offset, dec.record_size, cut_entry)
         kept, torn = window.finish()
         assert (torn is not None) == dropped
         # Without storage nothing tells the digest type: it is replayed as upstream does.

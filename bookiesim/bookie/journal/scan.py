@@ -207,7 +207,9 @@ class JournalScan:
                     if window is None:
                         assert dec.version is not None  # a record comes after the header
                         window = TailWindow(digests or LedgerDigests(), dec.version)
-                    yield from self._release(window.push(dec.record_offset, dec.record_size, r))
+                    released = window.push(dec.record_offset, dec.record_size, r)
+                    if released:  # once per write, not per record
+                        yield from self._release(released)
                 else:
                     if digests is not None and type(r) is DataRecord:
                         digests.learn(r)

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from bookiesim.bookie.journal.records import (
     ALIGNMENT,
@@ -97,10 +97,10 @@ UNCHECKABLE: Final = _Uncheckable.UNCHECKABLE
 _Kind = CrcKind | _Uncheckable
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(NamedTuple):
     """A record of the tail file with where it lies: ``offset`` of its length field,
-    ``size`` the value of that field."""
+    ``size`` the value of that field. (A tuple: one is made per record replayed, and a
+    frozen dataclass costs several times as much to build.)"""
 
     offset: int
     size: int
@@ -135,9 +135,9 @@ class LedgerDigests:
         self._stored = stored
         self._consulted: set[int] = set()
         self._kinds: dict[int, _Kind] = {}
-        # ledger -> (entry id, ledger length) of its latest whole entry: the next entry's
-        # payload length is the difference of the lengths.
-        self._last: dict[int, tuple[int, int]] = {}
+        # ledger -> its latest whole entry: the next entry's payload length is the
+        # difference of their ledger lengths (read only when needed: learn runs per record).
+        self._last: dict[int, DataRecord] = {}
         # ledger -> the highest entry id seen whole.
         self._highest: dict[int, int] = {}
 
@@ -191,16 +191,16 @@ class LedgerDigests:
             payload = length
         else:
             last = self._last.get(rec.ledger_id)
-            if last is None or last[0] != entry_id - 1:
+            if last is None or last.entry_id != entry_id - 1 or len(last.body) < HEADER_LENGTH:
                 return None
-            payload = length - last[1]
+            payload = length - HEADER.unpack_from(last.body)[3]
         return int(len(body) - HEADER_LENGTH - payload)
 
     def _remember(self, rec: DataRecord) -> None:
-        if len(rec.body) >= HEADER_LENGTH:
-            self._last[rec.ledger_id] = (rec.entry_id, HEADER.unpack_from(rec.body)[3])
-        if rec.entry_id > self._highest.get(rec.ledger_id, -1):
-            self._highest[rec.ledger_id] = rec.entry_id
+        ledger_id = rec.ledger_id
+        self._last[ledger_id] = rec
+        if rec.entry_id > self._highest.get(ledger_id, -1):
+            self._highest[ledger_id] = rec.entry_id
 
 
 def _zero_sector(held: Held, alignment: int) -> bool:
@@ -326,25 +326,29 @@ class TailWindow:
         self.digests = digests
         self.version = version
         self.alignment = alignment
+        # V1-V4 have no padding: any record may start a write of its own.
+        self._every_record_a_write = version < V5
         self._write: list[Held] = []
+        self._end = 0  # where the last record pushed ends
 
-    def push(self, offset: int, size: int, record: JournalRecord) -> list[Held]:
-        held = Held(offset, size, record)
-        released: list[Held] = []
+    def push(self, offset: int, size: int, record: JournalRecord) -> Sequence[Held]:
+        """Hold ``record``; return the records of the write it ends (usually none)."""
         write = self._write
-        if write and self._new_write_at(write[-1].end, offset):
+        released: Sequence[Held] = ()
+        # A V5+ write ends with padding (a gap before the next record) or exactly on a
+        # sector boundary. Inlined: this runs once per record replayed.
+        if write and (
+            self._every_record_a_write or offset != self._end or offset % self.alignment == 0
+        ):
             released = write
-            for h in released:
-                if isinstance(h.record, DataRecord):
-                    self.digests.learn(h.record)
+            learn = self.digests.learn
+            for h in write:
+                if type(h.record) is DataRecord:
+                    learn(h.record)
             self._write = write = []
-        write.append(held)
+        write.append(Held(offset, size, record))
+        self._end = offset + 4 + size
         return released
-
-    def _new_write_at(self, previous_end: int, offset: int) -> bool:
-        # V1-V4 have no padding: any record may start a write. V5+: a write ends with
-        # padding (a gap) or exactly on a sector boundary.
-        return self.version < V5 or offset != previous_end or offset % self.alignment == 0
 
     def finish(self) -> tuple[list[Held], TornTail | None]:
         write, self._write = self._write, []
