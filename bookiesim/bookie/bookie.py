@@ -278,7 +278,16 @@ class Bookie:
         mark = read_last_mark(self.cfg.ledger_directories)
         journal_dir = self.cfg.effective_journal_directories[0]
         count = 0
-        replayed = journal_files.replay(journal_dir, mark)
+
+        def stored_entry(ledger_id: int, entry_id: int) -> bytes | None:
+            # Replay's torn-tail check learns a ledger's digest type from an entry it holds
+            # when the journal after the mark has none of that ledger's earlier entries.
+            try:
+                return self.storage.read_entry(ledger_id, entry_id)
+            except (BookieError, OSError):
+                return None
+
+        replayed = journal_files.replay(journal_dir, mark, stored_entry=stored_entry)
         for item in replayed:
             if item.file_id == self._journal_writer.file_id:
                 break  # the file we just opened for writing

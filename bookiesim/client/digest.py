@@ -18,7 +18,8 @@ D and the algorithm depend on :class:`DigestType`: CRC32C 4 bytes, CRC32 8 bytes
 whose upper half is zero), HMAC-SHA1 20 bytes keyed by SHA1(b"mac" + password), DUMMY none.
 The explicit-LAC blob of WriteLac is the same idea over 16 bytes: ledgerId, lac, digest.
 
-Digests are computed incrementally over the header and the payload so a large payload is
+The two CRCs live in :mod:`bookiesim.proto.entry_digest`, which the bookie's journal replay
+shares. Digests are computed incrementally over the header and the payload so a large payload is
 never copied just to be checksummed; the only copy is the one that builds the result.
 """
 
@@ -28,13 +29,11 @@ import enum
 import hashlib
 import hmac
 import struct
-import zlib
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-import crc32c as _crc32c
-
 from bookiesim.client.errors import BKError
+from bookiesim.proto.entry_digest import crc32_digest, crc32c_digest
 from bookiesim.proto.entry_header import HEADER, HEADER_LENGTH, LAC_BLOB, LAC_BLOB_LENGTH
 
 __all__ = [
@@ -54,9 +53,6 @@ METADATA_LENGTH: Final = HEADER_LENGTH
 
 LAC_METADATA_LENGTH: Final = LAC_BLOB_LENGTH
 """Bytes before the digest in a WriteLac blob: ledgerId, lac."""
-
-_CRC32_LONG = struct.Struct(">Q")
-_CRC32C_INT = struct.Struct(">I")
 
 Buffer = bytes | bytearray | memoryview
 
@@ -130,16 +126,6 @@ class DigestMismatchError(BKError, ValueError):
 _DigestFn = Callable[[Buffer, Buffer], bytes]
 
 
-def _crc32c_digest(header: Buffer, payload: Buffer) -> bytes:
-    return _CRC32C_INT.pack(_crc32c.crc32c(payload, _crc32c.crc32c(header)))
-
-
-def _crc32_digest(header: Buffer, payload: Buffer) -> bytes:
-    # zlib.crc32 is already unsigned; the long's upper 32 bits are zero as in Java's
-    # CRC32.getValue().
-    return _CRC32_LONG.pack(zlib.crc32(payload, zlib.crc32(header)))
-
-
 def _hmac_digest(key: bytes) -> _DigestFn:
     # The keyed state is built once per ledger and copied per entry: copying is cheaper than
     # re-running the key schedule (two SHA1 blocks) for every entry.
@@ -176,9 +162,9 @@ class DigestManager:
         self.master_key: Final = master_key(password)
         digest: _DigestFn
         if self.digest_type is DigestType.CRC32C:
-            digest = _crc32c_digest
+            digest = crc32c_digest
         elif self.digest_type is DigestType.CRC32:
-            digest = _crc32_digest
+            digest = crc32_digest
         elif self.digest_type is DigestType.HMAC:
             digest = _hmac_digest(mac_key(password))
         else:

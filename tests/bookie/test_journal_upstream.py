@@ -242,16 +242,14 @@ def test_truncated_in_entry_journal(dirs: tuple[Path, Path]) -> None:
     with open(path, "r+b") as f:
         f.seek(len(content) - 0x300)
         f.write(bytes(2048))
+    # Upstream replays entry 100 with intact ids, LAC and length but a partly zeroed
+    # payload, which only the client's digest check rejects (and a recovery's fencing read
+    # then fails on it). A deliberate difference: the record fails its CRC32C over a zero
+    # tail at the end of the journal, so it is a tear, never acknowledged, and is dropped.
     entries = start_bookie(*dirs)[1].entries
-    assert sorted(entries) == list(range(1, 101))
-    # Entry 100 is back with intact ids, LAC and length but a partly zeroed payload: the
-    # client's digest check is what rejects it.
-    last = entries[100]
-    assert struct.unpack_from(">qqqq", last) == (1, 100, 99, 100 * 1024)
-    assert last[36:] != b"X" * 1024
-    assert not digest_ok(last)
+    assert sorted(entries) == list(range(1, 100))
     assert all(digest_ok(entries[i]) for i in range(1, 100))
-    # Cut by end of file instead: the partial record is not returned at all.
+    # Cut by end of file instead: the partial record is not returned either.
     with open(path, "r+b") as f:
         f.truncate(len(content) - 0x300)
     assert sorted(start_bookie(*dirs)[1].entries) == list(range(1, 100))

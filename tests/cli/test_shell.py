@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +21,10 @@ from bookiesim.bookie.journal import (
 from bookiesim.bookie.journal import (
     METAENTRY_ID_LEDGER_KEY,
     DataRecord,
+    JournalRecord,
+    JournalWriter,
     LogMark,
+    MasterKeyRecord,
     encode_header,
     encode_record,
     write_last_mark,
@@ -38,9 +41,6 @@ from .shell_files import (
     write_journal,
     write_log,
 )
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 @pytest.fixture
@@ -259,6 +259,9 @@ def test_readjournal_json_has_every_record_kind(
         "endOffset": 1024,  # the records, then padding to the sector boundary
         "torn": False,
         "tornOffset": None,
+        "tornReason": None,
+        "droppedRecords": 0,
+        "tailChecked": True,
     }
 
 
@@ -285,16 +288,51 @@ def test_readjournal_size_is_the_length_field(
     # A master-key record with bytes after the key (upstream ignores them) and a torn tail.
     key = b"k" * 20
     meta = struct.pack(">qqi", 7, METAENTRY_ID_LEDGER_KEY, len(key)) + key + b"xyz"
-    torn = encode_record(DataRecord.from_body(struct.pack(">qq", 7, 0) + b"p" * 40))[:30]
+    whole = encode_record(DataRecord.from_body(struct.pack(">qq", 7, 0) + b"p" * 40))
+    torn = encode_record(DataRecord.from_body(struct.pack(">qq", 7, 1) + b"p" * 40))[:30]
     path = tmp_path / "1.txn"
-    path.write_bytes(encode_header() + struct.pack(">i", len(meta)) + meta + torn)
+    path.write_bytes(encode_header() + struct.pack(">i", len(meta)) + meta + whole + torn)
     code, out, err = run(capsys, "readjournal", path, "--json")
     assert (code, err) == (0, "")
-    record, summary = json_lines(out)
+    record, _, summary = json_lines(out)
     assert record["size"] == len(meta) == 20 + 20 + 3
     assert record["masterKey"] == key.hex()
     assert summary["torn"] is True
-    assert summary["tornOffset"] == JOURNAL_HEADER_SIZE + 4 + len(meta)
+    assert summary["tornOffset"] == JOURNAL_HEADER_SIZE + 4 + len(meta) + len(whole)
+    assert summary["tornReason"] == "end of file inside a record"
+
+
+def test_readjournal_says_why_a_tail_is_torn(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A power loss kept entry 1's length and a prefix; the rest reads as preallocated zeros.
+    dm = DigestManager(5, PASSWORD)
+    records: list[JournalRecord] = [
+        MasterKeyRecord(5, dm.master_key),
+        DataRecord.from_body(dm.package(0, -1, 100, b"a" * 100)),
+        DataRecord.from_body(dm.package(1, 0, 1100, b"b" * 1000)),
+    ]
+    with JournalWriter(tmp_path / "journal", prealloc_size=4096) as writer:
+        writer.append(records)
+        writer.flush()
+        path = Path(writer.path)
+    torn_at = JOURNAL_HEADER_SIZE + sum(len(encode_record(r)) for r in records[:2])
+    with path.open("r+b") as f:
+        f.seek(torn_at + 300)
+        f.write(bytes(1024))
+    code, out, _ = run(capsys, "readjournal", path)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        f"journal V6: 2 records; torn tail at offset {torn_at}: ledger 5 entry 1: CRC32C "
+        f"digest mismatch over a zero-filled tail, 1 record left out"
+    )
+    # A later journal file holding records: this one is no longer where the journal ends,
+    # so its final write is read as it is (synced before the next file began).
+    with JournalWriter(tmp_path / "journal", prealloc_size=4096) as writer:
+        writer.append([records[1]])
+    code, out, _ = run(capsys, "readjournal", path, "--json")
+    summary = json_lines(out)[-1]
+    assert (summary["records"], summary["torn"], summary["tailChecked"]) == (3, False, False)
 
 
 # ---------------------------------------------------------------------------- readindex

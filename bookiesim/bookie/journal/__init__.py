@@ -4,8 +4,9 @@ What makes an acknowledged add durable, in four layers, each its own module:
 
 * :mod:`.records` — the ``BKLG`` file format: constants, record types, encoding (no I/O);
 * :mod:`.decoder` — :class:`JournalDecoder`, the sans-IO reader (torn tails vs. junk);
-* :mod:`.files` — journal files on disk: :class:`JournalWriter`, scanning, replay from a
-  mark, deleting old journals;
+* :mod:`.files` — journal files on disk: :class:`JournalWriter`, deleting old journals;
+* :mod:`.scan` — reading them: names, scanning one file, replay from a mark;
+* :mod:`.tail` — telling a record a power loss tore in the final write from a whole one;
 * :mod:`.log_mark` — the ``lastMark`` file a checkpoint persists in every ledger dir;
 * :mod:`.service` — :class:`JournalService`, group commit on trio (the journal and
   force-write threads upstream).

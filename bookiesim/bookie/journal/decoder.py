@@ -16,9 +16,12 @@ there (upstream does the same). Garbage instead shows up as a length no writer p
 negative, or larger than any record (text such as "Junk" reads as ~1.2 GB) — and upstream
 refuses to start on it; so do we. A file without the ``BKLG`` magic is a pre-V2 journal
 whose first four bytes are already a record length, so "wrong magic" is caught by the same
-length check. What no reader can detect is a tail that a crash left as zeros *inside* a
-record (preallocated space): that record comes back partly zeroed and the client's digest
-rejects it, as upstream's ``testTruncatedInEntryJournal`` expects.
+length check. What the decoder cannot see is a tail that a crash left as zeros *inside* a
+record (preallocated space): the record comes back whole-sized but partly zeroed. Upstream
+replays it (its ``testTruncatedInEntryJournal`` expects the client's digest to reject it),
+which breaks the ledger's recovery; :mod:`~bookiesim.bookie.journal.tail` checks the
+records of the journal's final write (digest, header, ids) and replay drops such a record
+and everything after it.
 
 Deliberate differences from upstream, each either refusing garbage more clearly or
 starting after a crash where upstream would not:
@@ -118,7 +121,8 @@ class JournalDecoder:
     ``next_record()`` returns a record, ``NEED_DATA`` (feed more bytes, or ``b""`` for end
     of file) or ``END`` (no more records: a zero length, or end of file). After ``END``,
     ``end_offset`` is the file offset where the valid journal ends and ``torn`` tells
-    whether a partly written record (or header) lies there. Padding is skipped silently.
+    whether a partly written record (or header) lies there (``torn_reason`` says how).
+    Padding is skipped silently.
     After each record, ``record_offset`` is the file offset of its length field (what
     upstream passes to its scanner) and ``record_size`` the value of that field.
 
@@ -148,6 +152,7 @@ class JournalDecoder:
         self.record_size = 0
         self.end_offset: int | None = None
         self.torn = False
+        self.torn_reason: str | None = None
         self.version: int | None = version
         if version is None:
             if offset != 0:
@@ -206,11 +211,11 @@ class JournalDecoder:
                     self._need = n
                     self._state = _State.BODY
                 elif n == 0:
-                    return self._finish(self._len_offset, torn=False)
+                    return self._finish(self._len_offset, torn=None)
                 elif n == PADDING_MASK and self._version_at_least(V5):
                     self._state = _State.PADLEN
                 elif n in _TORN_PADDING_MASKS and self._version_at_least(V5):
-                    return self._finish(self._len_offset, torn=True)
+                    return self._finish(self._len_offset, torn="padding mask cut")
                 else:
                     raise self._junk_length(n)
             elif state is _State.BODY:
@@ -242,7 +247,7 @@ class JournalDecoder:
                     self._need -= avail
                     if self._eof:
                         # Cut inside a padding run or a V5+ header: the write was torn.
-                        return self._finish(self._len_offset, torn=True)
+                        return self._finish(self._len_offset, torn="end of file inside padding")
                     return NEED_DATA
                 self._pos += self._need
                 self._need = 0
@@ -264,7 +269,7 @@ class JournalDecoder:
         if _is_torn_header(first):
             # A crash while the file was being created, before its first fsync and hence
             # before any record in it could have been acknowledged: an empty journal.
-            return self._finish(0, torn=True)
+            return self._finish(0, torn="file header cut")
         self.version = parse_header(first)
         start = data_start(self.version)
         self._len_offset = 0
@@ -283,12 +288,13 @@ class JournalDecoder:
             return NEED_DATA
         # End of file inside a length or a record: the tail of the last write was lost.
         torn = record_start < self._base + len(self._buf)
-        return self._finish(record_start, torn=torn)
+        return self._finish(record_start, torn="end of file inside a record" if torn else None)
 
-    def _finish(self, end_offset: int, *, torn: bool) -> DecoderResult:
+    def _finish(self, end_offset: int, *, torn: str | None) -> DecoderResult:
         self._state = _State.DONE
         self.end_offset = end_offset
-        self.torn = torn
+        self.torn = torn is not None
+        self.torn_reason = torn
         self._buf = bytearray()
         self._base += self._pos
         self._pos = 0

@@ -1,4 +1,4 @@
-"""Journal files: writing ``<journalDir>/current/<hex id>.txn``, scanning and replaying them.
+"""Journal files: writing ``<journalDir>/current/<hex id>.txn`` (scanning and replay: ``.scan``).
 
 Why this module exists: it is the I/O edge around ``records`` and ``decoder``
 (which own every byte rule). The writer is shaped for group commit, the one thing that
@@ -21,7 +21,7 @@ Upstream behaviours kept here (fact sheet §6):
   neither leave a ``.txn`` with a torn header nor lose a new file's name.)
 * Roll when the flushed position exceeds ``journalMaxSizeMB``; the caller checks
   ``needs_roll`` after a sync, as upstream's journal thread does.
-* Replay starts at the checkpoint mark; journals older than the mark are deleted, keeping
+* After a checkpoint, journals older than its mark are deleted, keeping
   ``maxBackupJournals``.
 """
 
@@ -31,28 +31,36 @@ import contextlib
 import os
 import struct
 import time
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
-from bookiesim.bookie.journal.decoder import END, NEED_DATA, JournalDecoder
 from bookiesim.bookie.journal.log_mark import LogMark
 from bookiesim.bookie.journal.records import (
     ALIGNMENT,
     CURRENT_VERSION,
-    MAX_RECORD_SIZE,
-    VERSION_HEADER_SIZE,
     DataRecord,
-    JournalFormatError,
     JournalRecord,
     encode_header,
     encode_record,
     padding,
-    parse_header,
+)
+
+# Reading lives in .scan; these names stay importable from here, where they always were.
+from bookiesim.bookie.journal.scan import (
+    MIB,
+    JournalReplay,
+    JournalScan,
+    MissingJournalError,
+    ReplayedRecord,
+    journal_current_dir,
+    journal_file_name,
+    list_journal_ids,
+    read_journal,
+    replay,
 )
 from bookiesim.entrylog.writeback import fsync_directory
 
 if TYPE_CHECKING:
-    import io
-    from collections.abc import Callable, Generator, Iterable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
 
 __all__ = [
@@ -72,50 +80,11 @@ __all__ = [
     "replay",
 ]
 
-MIB: Final = 1024 * 1024
 DEFAULT_PREALLOC_SIZE: Final = 16 * MIB  # journalPreAllocSizeMB
 DEFAULT_MAX_SIZE: Final = 2048 * MIB  # journalMaxSizeMB
 DEFAULT_MAX_BACKUP_JOURNALS: Final = 5  # maxBackupJournals
-DEFAULT_READ_CHUNK: Final = 1 * MIB
-_SUFFIX: Final = ".txn"
-_U64: Final = 1 << 64
 # Bound method of a precompiled Struct: the cheapest way to encode a length per record.
 _pack_int: Final = struct.Struct(">i").pack
-
-
-def journal_current_dir(journal_dir: str | os.PathLike[str]) -> str:
-    """``<journalDir>/current``, where the ``.txn`` files live."""
-    return os.path.join(os.fspath(journal_dir), "current")
-
-
-def journal_file_name(file_id: int) -> str:
-    """``<hex id>.txn`` with Java's ``Long.toHexString`` spelling (lower case, unsigned)."""
-    return f"{file_id % _U64:x}{_SUFFIX}"
-
-
-def _parse_file_name(name: str) -> int | None:
-    if not name.endswith(_SUFFIX):
-        return None
-    stem = name[: -len(_SUFFIX)]
-    if not 0 < len(stem) <= 16 or stem.strip("0123456789abcdefABCDEF"):
-        return None
-    value = int(stem, 16)
-    return value - _U64 if value >= 1 << 63 else value
-
-
-def list_journal_ids(journal_dir: str | os.PathLike[str]) -> list[int]:
-    """Ids of the ``<hex>.txn`` files in ``<journal_dir>/current``, ascending.
-
-    Other names are ignored (upstream would fail on a non-hex ``.txn`` name; an editor's
-    stray file is no reason to refuse to start). A missing directory has no journals.
-    """
-    try:
-        names = os.listdir(journal_current_dir(journal_dir))
-    except FileNotFoundError:
-        return []
-    ids = [i for i in map(_parse_file_name, names) if i is not None]
-    ids.sort()
-    return ids
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
@@ -367,179 +336,6 @@ class JournalWriter:
         # that reads back as zeros, i.e. as the "length 0 = end of journal" a reader expects.
         _pwrite_all(self._fd, self._zeros, new_end - len(self._zeros))
         self._prealloc_end = new_end
-
-
-# --- reading ---------------------------------------------------------------------------------
-
-
-class JournalScan:
-    """Iterator over ``(offset, record)`` of one journal file, reading it in chunks.
-
-    After exhaustion: ``version`` is the file's format version, ``end_offset`` where its
-    valid records end, and ``torn`` whether a partly written record follows them. While
-    iterating, ``record_size`` is the length field of the record last yielded (a meta
-    record may hold bytes past what its decoded fields cover; tools show the real size). Raises
-    ``JournalFormatError`` (naming the file) on bytes that are not a journal.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        start_offset: int = 0,
-        *,
-        chunk_size: int = DEFAULT_READ_CHUNK,
-        max_record_size: int = MAX_RECORD_SIZE,
-    ) -> None:
-        if start_offset < 0:
-            raise ValueError(f"start_offset {start_offset} is negative")
-        self.path = os.fspath(path)
-        self.start_offset = start_offset
-        self.chunk_size = chunk_size
-        self.max_record_size = max_record_size
-        self.version: int | None = None
-        self.end_offset: int | None = None
-        self.torn = False
-        self.record_size = 0
-        self._it = self._scan()
-
-    def __iter__(self) -> JournalScan:
-        return self
-
-    def __next__(self) -> tuple[int, JournalRecord]:
-        return next(self._it)
-
-    def close(self) -> None:
-        """Stop early and close the file."""
-        self._it.close()
-
-    def _scan(self) -> Generator[tuple[int, JournalRecord], None, None]:
-        try:
-            with open(self.path, "rb", buffering=0) as f:
-                yield from self._scan_file(f)
-        except JournalFormatError as e:
-            raise e.with_path(self.path) from None
-
-    def _scan_file(self, f: io.FileIO) -> Generator[tuple[int, JournalRecord], None, None]:
-        if self.start_offset == 0:
-            dec = JournalDecoder(max_record_size=self.max_record_size)
-        else:
-            version = parse_header(f.read(VERSION_HEADER_SIZE) or b"")
-            dec = JournalDecoder(
-                version=version, offset=self.start_offset, max_record_size=self.max_record_size
-            )
-            f.seek(self.start_offset)
-        self.version = dec.version
-        while True:
-            r = dec.next_record()
-            if r is NEED_DATA:
-                dec.receive_data(f.read(self.chunk_size) or b"")
-            elif r is END:
-                self.version = dec.version
-                self.end_offset = dec.end_offset
-                self.torn = dec.torn
-                return
-            else:
-                self.version = dec.version
-                self.record_size = dec.record_size
-                yield dec.record_offset, r
-
-
-def read_journal(
-    path: str | os.PathLike[str],
-    start_offset: int = 0,
-    *,
-    chunk_size: int = DEFAULT_READ_CHUNK,
-    max_record_size: int = MAX_RECORD_SIZE,
-) -> JournalScan:
-    """Scan one journal file from ``start_offset`` (0 = just after its header).
-
-    Yields ``(offset of the record's length field, record)``; padding is skipped; a torn
-    tail ends the scan (see ``JournalScan.torn``). Never reads the whole file at once.
-    """
-    return JournalScan(path, start_offset, chunk_size=chunk_size, max_record_size=max_record_size)
-
-
-class MissingJournalError(FileNotFoundError):
-    """The journal a checkpoint mark points into is gone: replay cannot be complete."""
-
-
-class ReplayedRecord(NamedTuple):
-    file_id: int
-    offset: int
-    record: JournalRecord
-
-
-class JournalReplay:
-    """Iterator over every record after a checkpoint mark, across journal files.
-
-    After exhaustion, ``end_mark`` is the end of the valid records of the last journal (where
-    upstream sets the in-memory mark before its post-replay checkpoint), or the starting
-    mark when there was nothing to scan; ``torn`` lists the ids of files with a torn tail.
-    """
-
-    def __init__(
-        self,
-        journal_dir: str | os.PathLike[str],
-        mark: LogMark,
-        *,
-        chunk_size: int = DEFAULT_READ_CHUNK,
-        max_record_size: int = MAX_RECORD_SIZE,
-    ) -> None:
-        self.journal_dir = os.fspath(journal_dir)
-        self.mark = mark
-        ids = [i for i in list_journal_ids(journal_dir) if i >= mark.file_id]
-        # Upstream: "last log mark may be missed due to no sync up before" — with a real
-        # mark, its file must still exist, or the records between it and the next file
-        # would be skipped silently.
-        if mark.file_id > 0 and (not ids or ids[0] != mark.file_id):
-            raise MissingJournalError(
-                f"Recovery log {mark.file_id} ({journal_file_name(mark.file_id)}) is missing "
-                f"in {journal_current_dir(journal_dir)}"
-            )
-        self.journal_ids = ids
-        self.end_mark = mark
-        self.torn: list[int] = []
-        self._chunk_size = chunk_size
-        self._max_record_size = max_record_size
-        self._it = self._replay()
-
-    def __iter__(self) -> JournalReplay:
-        return self
-
-    def __next__(self) -> ReplayedRecord:
-        return next(self._it)
-
-    def _replay(self) -> Generator[ReplayedRecord, None, None]:
-        current = journal_current_dir(self.journal_dir)
-        for file_id in self.journal_ids:
-            start = self.mark.offset if file_id == self.mark.file_id else 0
-            scan = read_journal(
-                os.path.join(current, journal_file_name(file_id)),
-                start,
-                chunk_size=self._chunk_size,
-                max_record_size=self._max_record_size,
-            )
-            for offset, rec in scan:
-                yield ReplayedRecord(file_id, offset, rec)
-            assert scan.end_offset is not None
-            self.end_mark = LogMark(file_id, scan.end_offset)
-            if scan.torn:
-                self.torn.append(file_id)
-
-
-def replay(
-    journal_dir: str | os.PathLike[str],
-    mark: LogMark,
-    *,
-    chunk_size: int = DEFAULT_READ_CHUNK,
-    max_record_size: int = MAX_RECORD_SIZE,
-) -> JournalReplay:
-    """Records of the journals at or after ``mark`` (upstream ``BookieImpl.replay``).
-
-    Raises ``MissingJournalError`` ("Recovery log <id> is missing") at once if ``mark``
-    names a file that is gone, before yielding anything.
-    """
-    return JournalReplay(journal_dir, mark, chunk_size=chunk_size, max_record_size=max_record_size)
 
 
 def delete_old_journals(

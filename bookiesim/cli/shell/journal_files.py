@@ -27,6 +27,7 @@ from bookiesim.bookie.journal import (
     read_journal,
     read_last_mark,
 )
+from bookiesim.bookie.journal.scan import is_tail_journal
 from bookiesim.cli.shell.common import (
     LAST_MARK_NAME,
     Out,
@@ -49,7 +50,11 @@ JSON keys, records ({"type": "data" | "masterKey" | "fence" | "explicitLac" | "u
   lastAddConfirmed         data: bytes 16..24 of the entry; null if shorter
   masterKey                masterKey: the key, hex
   explicitLac, lacBlob     explicitLac: the LAC in the blob (null if under 16 bytes), blob hex
-summary: version, records, endOffset (where the valid records end), torn, tornOffset
+summary: version, records, endOffset (where the valid records end), torn, tornOffset,
+  tornReason (why the tail is torn, or null), droppedRecords (records after tornOffset that
+  replay leaves out: a record a power loss cut in the final write, and what follows it),
+  tailChecked (the file is the last journal file holding records, so its final write was
+  checked for such a record, as replay does)
 """
 
 READINDEX_KEYS = """\
@@ -90,7 +95,10 @@ def _describe(rec: JournalRecord) -> tuple[str, int, dict[str, Any], str]:
 
 
 def readjournal(args: argparse.Namespace, out: Out) -> int:
-    scan: JournalScan = read_journal(args.file)
+    # As replay does: only the journal's last file holding records can end in a write that
+    # a power loss cut (every earlier file was synced whole before the next was started).
+    tail_checked = is_tail_journal(args.file)
+    scan: JournalScan = read_journal(args.file, tail=tail_checked)
     table = out.table(
         Column("offset", 10),
         Column("type", 11, "left"),
@@ -121,6 +129,7 @@ def readjournal(args: argparse.Namespace, out: Out) -> int:
     finally:
         scan.close()
     torn_offset = scan.end_offset if scan.torn else None
+    dropped = 0 if scan.tear is None else scan.tear.dropped
     if out.json_lines:
         out.lines.json(
             {
@@ -130,11 +139,16 @@ def readjournal(args: argparse.Namespace, out: Out) -> int:
                 "endOffset": scan.end_offset,
                 "torn": scan.torn,
                 "tornOffset": torn_offset,
+                "tornReason": scan.torn_reason,
+                "droppedRecords": dropped,
+                "tailChecked": tail_checked,
             }
         )
     else:
+        left_out = f", {counted(dropped, 'record')} left out" if dropped else ""
         tail = (
-            f"[bold red]torn tail at offset {torn_offset}[/]"
+            f"[bold red]torn tail at offset {torn_offset}: "
+            f"{escape(scan.torn_reason or 'torn')}{left_out}[/]"
             if scan.torn
             else f"ends cleanly at offset {scan.end_offset}"
         )
