@@ -54,79 +54,78 @@ def _ok_reads(history: History) -> dict[int, list[Op]]:
     return reads
 
 
-def _ruled_out(read: Op, entry: int) -> bool:
-    """Did this ok read establish that ``entry`` does not exist? Named in ``absent``, or inside
-    the range it asked for without being among the entries it returned."""
-    if entry in read.absent_entries():
-        return True
-    if read.entry is None or entry in read.read_entries():
-        return False
-    last = read.entry if read.last is None else read.last
-    return read.entry <= entry <= last
-
-
 def check_acked_adds_read_back(history: History) -> list[Violation]:
     """Every acknowledged add is read back with identical bytes once the faults heal.
 
     * ``acked-add-changed``: an ok read (at any time) returned other bytes for the entry;
     * ``acked-add-lost``: an ok read invoked after the last fault ended established that the
-      entry does not exist (even if another read after the heal had returned it);
+      entry does not exist (named it absent, or asked for a range holding it and did not
+      return it), even if another read after the heal had returned it: the entry was there,
+      then gone;
     * ``acked-add-unread``: no ok read invoked after the last fault ended returned it (the
       property asks for the read; a harness that could not read is a finding too).
     """
     heal = history.heal_time()
-    reads = _ok_reads(history)
+    # Indexes built once: a run holds tens of thousands of adds and as many tailing reads.
+    returned: dict[tuple[int, int], list[Op]] = defaultdict(list)
+    read_after: set[tuple[int, int]] = set()
+    absent_after: dict[tuple[int, int], Op] = {}
+    reads_after: dict[int, list[Op]] = defaultdict(list)
+    for ledger, ledger_reads in _ok_reads(history).items():
+        for read in ledger_reads:
+            after = read.start >= heal
+            if after:
+                reads_after[ledger].append(read)
+                for gone in read.absent_entries():
+                    absent_after.setdefault((ledger, gone), read)
+            for got in read.read_entries():
+                returned[ledger, got].append(read)
+                if after:
+                    read_after.add((ledger, got))
     found: list[Violation] = []
     for add in acknowledged_adds(history):
         assert add.ledger is not None
         entry = add.entry_id
         assert entry is not None
+        key = (add.ledger, entry)
         where = f"ledger {add.ledger} entry {entry}"
-        ledger_reads = reads.get(add.ledger, [])
-        if add.digest is not None:
-            changed = [
-                r for r in ledger_reads if r.read_entries().get(entry, add.digest) != add.digest
-            ]
-            if changed:
-                read = changed[0]
-                found.append(
-                    make(
-                        history,
-                        "acked-add-changed",
-                        f"{where} was acknowledged with sha256 {add.digest[:12]} but op "
-                        f"{read.id} read sha256 {read.read_entries()[entry][:12]}",
-                        [add, read],
-                        ledger=add.ledger,
-                        entry=entry,
-                    )
-                )
-                continue
-        after = [r for r in ledger_reads if r.start >= heal]
-        # Every read after the heal owes the entry: one that found it does not excuse a
-        # later one that did not (the entry was there, then lost).
-        lost = [r for r in after if _ruled_out(r, entry)]
-        if not lost and any(entry in r.read_entries() for r in after):
-            continue
-        if lost:
+        changed = [r for r in returned.get(key, []) if r.read_entries()[entry] != add.digest]
+        if add.digest is not None and changed:
+            read = changed[0]
             found.append(
                 make(
                     history,
-                    "acked-add-lost",
-                    f"{where} was acknowledged, and op {lost[0].id} found it absent after the "
-                    f"faults healed (at {heal:.3f})",
-                    [add, lost[0]],
+                    "acked-add-changed",
+                    f"{where} was acknowledged with sha256 {add.digest[:12]} but op "
+                    f"{read.id} read sha256 {read.read_entries()[entry][:12]}",
+                    [add, read],
                     ledger=add.ledger,
                     entry=entry,
                 )
             )
-        else:
+            continue
+        lost = absent_after.get(key)
+        if lost is not None:
+            found.append(
+                make(
+                    history,
+                    "acked-add-lost",
+                    f"{where} was acknowledged, and op {lost.id} found it absent after the "
+                    f"faults healed (at {heal:.3f})",
+                    [add, lost],
+                    ledger=add.ledger,
+                    entry=entry,
+                )
+            )
+        elif key not in read_after:
+            then = reads_after.get(add.ledger, [])
             found.append(
                 make(
                     history,
                     "acked-add-unread",
                     f"{where} was acknowledged, and no read after the faults healed (at "
-                    f"{heal:.3f}) returned it ({len(after)} ok reads of the ledger then)",
-                    [add, *after[:1]],
+                    f"{heal:.3f}) returned it ({len(then)} ok reads of the ledger then)",
+                    [add, *then[:1]],
                     ledger=add.ledger,
                     entry=entry,
                 )

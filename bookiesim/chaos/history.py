@@ -130,6 +130,8 @@ class Op:
     end: float | None = None  # None: no completion was recorded
     result: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    _entries: dict[int, str] | None = field(default=None, repr=False, compare=False)
+    _absent: set[int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def entry_id(self) -> int | None:
@@ -146,12 +148,23 @@ class Op:
         return value if isinstance(value, str) else self.process
 
     def read_entries(self) -> dict[int, str]:
-        """An ok read's entries, id to digest."""
-        pairs = self.result.get("entries") or []
-        return {int(e): str(d) for e, d in pairs}
+        """An ok read's entries, id to digest (decoded once: the checks ask per entry)."""
+        if self._entries is None:
+            pairs = self.result.get("entries") or []
+            self._entries = {int(e): str(d) for e, d in pairs}
+        return self._entries
 
     def absent_entries(self) -> set[int]:
-        return {int(e) for e in self.result.get("absent") or []}
+        """The entries an ok read established do not exist: named in ``absent``, or inside
+        the range it asked for (``entry``..``last``) without being returned."""
+        if self._absent is None:
+            absent = {int(e) for e in self.result.get("absent") or []}
+            if self.entry is not None:
+                returned = self.read_entries()
+                last = self.entry if self.last is None else self.last
+                absent.update(e for e in range(self.entry, last + 1) if e not in returned)
+            self._absent = absent
+        return self._absent
 
     def closed_at(self) -> tuple[int, int | None] | None:
         """(last entry, length) when this ok op reports its ledger closed, else None."""
