@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from bookiesim.chaos.checker import check_history
 from bookiesim.chaos.history import OpKind
 
 if TYPE_CHECKING:
@@ -35,10 +36,13 @@ __all__ = [
     "plot_timeline",
     "render_campaign",
     "render_summary",
+    "report_run",
     "summarize_run",
 ]
 
 SUMMARY_FORMAT = "bookiesim-chaos-run-summary"
+SUMMARY_NAME = "summary.json"
+TIMELINE_NAME = "timeline.png"
 ALL_RUNS = "all runs"
 CAMPAIGN_COLUMNS = ("fault kind", "runs", "faults", "acked adds", "lost", "violations")
 
@@ -67,6 +71,29 @@ def summarize_run(history: History, result: CheckResult, name: str | None = None
         "skipped": result.skipped,
         "tornTail": history.torn_tail,
     }
+
+
+def report_run(
+    history: History, out: Path, console: Console, *, plot: bool = True
+) -> tuple[CheckResult, dict[str, Any]]:
+    """Checks a run's history, prints its summary and writes :data:`SUMMARY_NAME` and
+    :data:`TIMELINE_NAME` into ``out`` (which must exist): the harness's one call per run.
+
+    The plot needs matplotlib (``bookiesim[all]``); without it the summary says so in one
+    line and the run's verdict stands.
+    """
+    result = check_history(history)
+    summary = summarize_run(history, result)
+    if plot:
+        try:
+            plot_timeline(history, result, out / TIMELINE_NAME)
+            summary["timeline"] = str(out / TIMELINE_NAME)
+        except ImportError as e:
+            summary["timeline"] = None
+            console.print(f"timeline not drawn: {e} (pip install 'bookiesim[all]')", markup=False)
+    (out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    render_summary(summary, console)
+    return result, summary
 
 
 def render_summary(summary: dict[str, Any], console: Console) -> None:

@@ -21,6 +21,7 @@ from bookiesim.chaos.report import (
     plot_timeline,
     render_campaign,
     render_summary,
+    report_run,
     summarize_run,
 )
 from tests.chaos.histories import Builder
@@ -157,3 +158,16 @@ def test_a_file_that_is_not_a_summary_is_refused_in_one_line(tmp_path: Path) -> 
     bad.write_text("{")
     with pytest.raises(ReportError, match=r"bad.json: cannot read the run summary: "):
         load_summaries([bad])
+
+
+def test_report_run_writes_the_summary_and_the_plot(tmp_path: Path) -> None:
+    history = run("run-9")
+    c, out = console()
+    result, summary = report_run(history, tmp_path, c)
+    assert not result.valid
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written == summary
+    assert written["timeline"] == str(tmp_path / "timeline.png")
+    assert (tmp_path / "timeline.png").stat().st_size > 30_000
+    assert load_summaries([tmp_path / "summary.json"])[0]["run"] == "run-9"
+    assert "run run-9: 62.5 s" in out.getvalue()
