@@ -370,13 +370,20 @@ class Recorder:
 
 
 class JsonLinesSink:
-    """Appends each record as one line; ``fsync`` makes every line durable before returning
-    (slower; without it a crash of the machine, not of the harness, may lose the tail)."""
+    """Writes each record as one line into a new file (refused if it exists).
+
+    ``fsync`` makes every line durable before returning (slower; without it a crash of the
+    machine, not of the harness, may lose the tail)."""
 
     def __init__(self, path: Path, *, fsync: bool = False) -> None:
         self.path = path
         self._fsync = fsync
-        self._file = path.open("a", encoding="utf-8")
+        try:
+            # "x": a second run into the same file would append a second header, and the
+            # history would no longer read back.
+            self._file = path.open("x", encoding="utf-8")
+        except OSError as e:
+            raise HistoryError(f"{path}: cannot create the history: {e.strerror}") from None
 
     def __call__(self, record: Record) -> None:
         # One write per line: a crash leaves at most the last line torn, never two mixed.

@@ -184,3 +184,10 @@ def test_an_op_completed_twice_is_refused() -> None:
 def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match=r"missing.jsonl: cannot read the history: "):
         read_history(tmp_path / "missing.jsonl")
+
+
+def test_a_history_file_is_written_once(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    JsonLinesSink(path).close()
+    with pytest.raises(HistoryError, match=r"history.jsonl: cannot create the history: File e"):
+        JsonLinesSink(path)
