@@ -314,6 +314,10 @@ def test_readjournal_agrees_with_upstreams_readjournal(
         "endOffset": 17920,
         "torn": False,
         "tornOffset": None,
+        # upstream's whole journal passes the torn-tail check: nothing of it is dropped
+        "tornReason": None,
+        "droppedRecords": 0,
+        "tailChecked": True,
     }
 
 
