@@ -44,6 +44,7 @@ thread and returns the paths to sync, which a worker syncs with descriptors of i
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections import OrderedDict, deque
 from pathlib import Path
@@ -56,6 +57,7 @@ from bookiesim.bookie.index_file import (
     subdirs,
 )
 from bookiesim.bookie.index_format import (
+    HEADER_SIZE,
     LedgerExistsError,
     NoSuchLedgerError,
     index_path,
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator, Sequence
 
 __all__ = ["DEFAULT_MAX_OPEN_FILES", "LedgerIndex"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OPEN_FILES: Final = 20000
 """Upstream's ``openFileLimit`` default (the configuration's too)."""
@@ -136,8 +140,12 @@ class LedgerIndex:
                         path = Path(entry.path)
                         # Only files where upstream would look count; a misplaced file is
                         # invisible to upstream too.
-                        if path == index_path(index_dir, ledger_id):
-                            self._paths[ledger_id] = path
+                        if path != index_path(index_dir, ledger_id):
+                            continue
+                        if _never_written(path, entry.stat().st_size):
+                            _drop_headerless(path)
+                            continue
+                        self._paths[ledger_id] = path
 
     # -- OpenFileTracker -------------------------------------------------------------------
 
@@ -387,3 +395,30 @@ class LedgerIndex:
             index_file._check()
         for ledger_id, path in self._paths.items():
             assert any(path == index_path(d, ledger_id) for d in self._dirs)
+
+
+def _never_written(path: Path, size: int) -> bool:
+    """The file holds no byte that was ever written: empty, or zeros up to its header's
+    size (what a power loss before the file's first fsync leaves). Only such files are
+    read here; anything else is the index's to judge when the ledger is first used."""
+    if size == 0:
+        return True
+    if size > HEADER_SIZE:
+        return False
+    with open(path, "rb") as f:
+        return not any(f.read(HEADER_SIZE))
+
+
+def _drop_headerless(path: Path) -> None:
+    """An index file none of whose bytes reached the disk. Every flush writes the whole
+    header first, so only a power loss before the file's first fsync leaves one (found by
+    the lazy file system, docs/chaos.md). Nothing in it was durable, hence the checkpoint
+    that created it never moved lastMark past the ledger's master-key record: the journal
+    replay recreates the ledger from that record and its entries. Upstream rewrites such a
+    header from the replayed key; we remove the file so the replay creates it anew."""
+    log.warning(
+        "index file %s holds nothing that reached the disk (a power loss before its first "
+        "fsync): removed; the journal replay recreates the ledger",
+        path,
+    )
+    path.unlink()

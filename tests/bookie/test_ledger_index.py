@@ -146,7 +146,8 @@ def test_short_but_complete_header_is_accepted_like_upstream(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("content", "offset", "message"),
     [
-        (b"", 0, "not a BKLE index file: signature an empty file"),
+        # (An empty or all-zero file is what a power loss leaves of a new index: removed at
+        # the scan, tests/bookie/test_index_power_loss.py.)
         (b"BK", 0, "signature 424b"),
         (b"BKLG" + bytes(1020), 0, "signature 424b4c47"),
         (b"BKLE\0\0", 4, "truncated header: version needs 4 bytes but the file ends at 6"),

@@ -96,11 +96,6 @@ async def test_recovery_after_a_power_loss_tore_the_journal_tail(
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="bookiesim.bookie.journal"):
             await cluster.start_bookie(bookie_id)
-        print(
-            "DEBUG",
-            [(r.name, r.getMessage()[:150]) for r in caplog.records],
-            cluster.service(bookie_id).bookie.replayed_records,
-        )
         warnings = [r for r in caplog.records if r.name.startswith("bookiesim.bookie.journal")]
         assert len(warnings) == 1
         assert warnings[0].levelno == logging.WARNING
