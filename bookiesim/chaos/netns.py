@@ -221,6 +221,18 @@ class LiveNetwork:
         :class:`NetworkError` naming the command."""
         return _run(self.net.exec_argv(node, argv), timeout=timeout)
 
+    def run_process(
+        self, node: str, argv: Sequence[str], timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` to its end inside ``node``'s namespace, whatever its exit code."""
+        return subprocess.run(
+            self.net.exec_argv(node, argv),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+
     def start(self, fault: NetworkFault) -> FaultRecord:
         """Start ``fault`` now; on a refused command what was added is removed again."""
         fault_id = len(self.records) + 1
