@@ -23,7 +23,7 @@ those tables: two faults at once never share a rule, and healing one leaves the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bookiesim.chaos.network import NODE_INTERFACE, PREFIX, TestNetwork
 
@@ -41,6 +41,8 @@ __all__ = [
     "apply_steps",
     "blocked_pairs",
     "drop_rules",
+    "fault_from_json",
+    "fault_to_json",
     "heal_steps",
     "render_table",
     "table_name",
@@ -168,6 +170,49 @@ class Slow:
 
 
 NetworkFault = Partition | OneWay | Loss | Slow
+
+
+def fault_to_json(fault: NetworkFault) -> dict[str, Any]:
+    """A JSON object that :func:`fault_from_json` turns back into ``fault`` (histories and
+    replayed schedules store faults so)."""
+    if isinstance(fault, Partition):
+        return {"kind": fault.kind, "groups": [sorted(g) for g in fault.groups]}
+    if isinstance(fault, OneWay):
+        return {
+            "kind": fault.kind,
+            "sources": sorted(fault.sources),
+            "targets": sorted(fault.targets),
+        }
+    if isinstance(fault, Loss):
+        return {
+            "kind": fault.kind,
+            "a": sorted(fault.a),
+            "b": sorted(fault.b),
+            "percent": fault.percent,
+        }
+    return {
+        "kind": fault.kind,
+        "nodes": sorted(fault.nodes),
+        "rateKbit": fault.rate_kbit,
+        "latencyMs": fault.latency_ms,
+    }
+
+
+def fault_from_json(data: dict[str, Any]) -> NetworkFault:
+    """The fault :func:`fault_to_json` wrote; ``ValueError`` (one line) for anything else."""
+    try:
+        kind = data["kind"]
+        if kind == Partition.kind:
+            return Partition.of(*data["groups"])
+        if kind == OneWay.kind:
+            return OneWay.of(data["sources"], data["targets"])
+        if kind == Loss.kind:
+            return Loss.of(data["a"], data["b"], int(data["percent"]))
+        if kind == Slow.kind:
+            return Slow(frozenset(data["nodes"]), int(data["rateKbit"]), int(data["latencyMs"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a network fault: {data!r} ({exc!r})") from exc
+    raise ValueError(f"not a network fault kind: {kind!r}")
 
 
 def drop_rules(fault: NetworkFault) -> list[DropRule]:

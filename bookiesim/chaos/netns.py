@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bookiesim.chaos.netfaults import NetworkFault, Step, apply_steps, heal_steps
+from bookiesim.chaos.netfaults import (
+    NetworkFault,
+    Step,
+    apply_steps,
+    fault_to_json,
+    heal_steps,
+)
 from bookiesim.chaos.network import PREFIX, TestNetwork
 
 if TYPE_CHECKING:
@@ -130,6 +136,16 @@ class FaultRecord:
     fault: NetworkFault
     start: float
     end: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "description": self.description,
+            "fault": fault_to_json(self.fault),
+            "start": self.start,
+            "end": self.end,
+        }
 
 
 def _namespaces() -> list[str]:

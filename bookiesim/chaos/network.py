@@ -1,16 +1,16 @@
 """A test network, described without touching the kernel: nodes, their names and addresses,
 and the ``ip`` commands that build and remove it (run by :mod:`bookiesim.chaos.netns`).
 
-Layout. Every node gets its own network namespace ``bks-<run>-<node>`` holding ``lo`` and one
-interface ``eth0`` with the node's address on a private subnet (``10.123.0.0/24`` unless told
-otherwise). A veth pair joins each node's ``eth0`` to a bridge ``br0`` that lives in a
-namespace of its own, the hub ``bks-<run>``. Why the bridge is not in the root namespace:
-nothing of a run ever appears there (no bridge, no veth, no address, no route), so the
-machine's own networking and firewall cannot see or leak the test traffic, and a host
-firewall (Docker's ``FORWARD DROP``, ``br_netfilter``) cannot interfere with it. Node
-namespaces have no default route and the hub has no uplink, so a packet can only ever travel
-between namespaces of the same run. Deleting the namespaces removes everything: the veths
-and the bridge go with the hub, the nft tables with their node.
+Layout. Every node gets its own network namespace ``bks-<run>-<node>`` holding ``lo`` and
+one interface ``eth0`` with the node's address (and no IPv6 address) on a private subnet
+(``10.123.0.0/24`` unless told otherwise). A veth pair joins each node's ``eth0`` to a
+bridge ``br0`` that lives in a namespace of its own, the hub ``bks-<run>``. Why the bridge
+is not in the root namespace: nothing of a run ever appears there (no bridge, no veth, no
+address, no route), so the machine's own networking and firewall cannot see or leak the test
+traffic, and a host firewall (Docker's ``FORWARD DROP``, ``br_netfilter``) cannot interfere
+with it. Node namespaces have no default route and the hub has no uplink, so a packet can
+only ever travel between namespaces of the same run. Deleting the namespaces removes
+everything: the veths and the bridge go with the hub, the nft tables with their node.
 
 Every name a run creates starts with :data:`PREFIX` and its run id, so
 :func:`bookiesim.chaos.netns.cleanup` can find what a killed harness left behind. Two runs
@@ -45,6 +45,7 @@ NODE_INTERFACE = "eth0"
 BRIDGE = "br0"
 """The bridge, inside the hub namespace."""
 
+_NO_IPV6 = "/proc/sys/net/ipv6/conf/default/disable_ipv6"
 _NODE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 _RUN_ID = re.compile(r"^[a-z0-9]{1,12}$")
 
@@ -145,6 +146,13 @@ class TestNetwork:
         hub = self.hub
         prefix_len = self.subnet.prefixlen
         commands: list[list[str]] = [["ip", "netns", "add", ns] for ns in self.namespaces]
+        # No IPv6 on the links created from here on: a link-local fe80:: address would be a
+        # second way between nodes that the IPv4 rules of a partition do not cover. lo keeps
+        # ::1, as it exists already.
+        commands += [
+            ["ip", "netns", "exec", ns, "sh", "-c", f"test ! -e {_NO_IPV6} || echo 1 > {_NO_IPV6}"]
+            for ns in self.namespaces
+        ]
         commands.append(["ip", "-n", hub, "link", "add", BRIDGE, "type", "bridge"])
         commands.append(["ip", "-n", hub, "link", "set", BRIDGE, "up"])
         for node in self.nodes:

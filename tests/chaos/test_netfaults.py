@@ -3,6 +3,7 @@ that build a network, and which packets each fault's nftables rules drop."""
 
 from __future__ import annotations
 
+import json
 from ipaddress import IPv4Address
 
 import pytest
@@ -11,12 +12,15 @@ from hypothesis import strategies as st
 
 from bookiesim.chaos.netfaults import (
     Loss,
+    NetworkFault,
     OneWay,
     Partition,
     Slow,
     apply_steps,
     blocked_pairs,
     drop_rules,
+    fault_from_json,
+    fault_to_json,
     heal_steps,
     render_table,
 )
@@ -118,10 +122,13 @@ def test_the_plan_names_addresses_and_commands() -> None:
     ]  # fmt: skip
     setup = [" ".join(c) for c in net.setup_commands()]
     assert setup[:3] == [f"ip netns add {ns}" for ns in ("bks-r1", "bks-r1-bk1", "bks-r1-zk1")]
+    assert "disable_ipv6" in setup[3]
     assert "ip -n bks-r1 link add v1 type veth peer name eth0 netns bks-r1-zk1" in setup
     assert "ip -n bks-r1-zk1 addr add 10.200.0.2/29 dev eth0" in setup
     # Nothing is ever created in the root namespace: every link command names a namespace.
-    assert all(c.startswith(("ip netns add", "ip -n bks-r1")) for c in setup)
+    assert all(
+        c.startswith(("ip netns add", "ip netns exec bks-r1", "ip -n bks-r1")) for c in setup
+    )
     assert [" ".join(c) for c in net.teardown_commands()] == [
         "ip netns delete bks-r1-zk1", "ip netns delete bks-r1-bk1", "ip netns delete bks-r1",
     ]  # fmt: skip
@@ -149,3 +156,42 @@ def test_faults_refuse_a_node_on_both_sides() -> None:
         OneWay.of(["a"], ["a"])
     with pytest.raises(ValueError, match="between 0 and 100"):
         Loss.of(["a"], ["b"], 101)
+
+
+def test_a_split_mixes_bookies_and_zookeeper_servers() -> None:
+    net = TestNetwork.plan(["b1", "b2", "b3", "zk1", "zk2", "zk3"], run_id="r")
+    split = Partition.split(net, ["b1", "zk1"])
+    assert split.groups == (frozenset({"b1", "zk1"}), frozenset({"b2", "b3", "zk2", "zk3"}))
+    assert split.describe() == "b1,zk1 | b2,b3,zk2,zk3"
+    assert Partition.isolate(net, "zk3").groups[0] == frozenset({"zk3"})
+    with pytest.raises(KeyError, match="no node 'zk9'"):
+        Partition.split(net, ["zk9"])
+
+
+def partition_of_slots(slots: list[int]) -> Partition:
+    """Node ``NAMES[i]`` in group ``slots[i]`` (in none for -1)."""
+    return Partition.of(
+        *([n for n, s in zip(NAMES, slots, strict=True) if s == g] for g in range(3))
+    )
+
+
+nodes = st.frozensets(st.sampled_from(NAMES), max_size=4)
+
+
+@given(
+    st.one_of(
+        st.lists(st.integers(-1, 2), min_size=7, max_size=7).map(partition_of_slots),
+        st.tuples(nodes, nodes).map(lambda t: OneWay(t[0], t[1] - t[0])),
+        st.tuples(nodes, nodes, st.integers(0, 100)).map(lambda t: Loss(t[0], t[1] - t[0], t[2])),
+        st.tuples(nodes, st.integers(1, 10**6)).map(lambda t: Slow(t[0], t[1])),
+    )
+)
+def test_a_fault_survives_json(fault: NetworkFault) -> None:
+    assert fault_from_json(json.loads(json.dumps(fault_to_json(fault)))) == fault
+
+
+def test_json_that_is_no_fault_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match="not a network fault kind: 'flood'"):
+        fault_from_json({"kind": "flood"})
+    with pytest.raises(ValueError, match="not a network fault"):
+        fault_from_json({"kind": "loss", "a": []})

@@ -98,6 +98,8 @@ def all_ok(live: LiveNetwork) -> dict[tuple[str, str], str]:
 def test_every_node_reaches_every_other_on_its_own_address(live: LiveNetwork) -> None:
     addresses = [live.net.address(n) for n in live.net.names]
     assert addresses == ["10.123.0.1", "10.123.0.2", "10.123.0.3"]
+    # One address per node: no IPv6 link-local beside it, which the rules would not cover.
+    assert live.run("n2", ["ip", "-br", "addr", "show", "eth0"]).split()[2:] == ["10.123.0.2/24"]
     assert matrix(live) == all_ok(live)
     # Nothing of the run is in the root namespace: the machine has no route to the nodes.
     assert not [name for kind, name in leftovers() if kind != "namespace"]
@@ -197,3 +199,43 @@ async def test_open_network_tears_down_when_its_scope_is_cancelled() -> None:
             await trio.sleep_forever()
     assert scope.cancelled_caught
     assert not [name for _, name in leftovers() if plan.run_id in name]
+
+
+# Counts datagrams until none came for half a second (after the first); "ready" once bound.
+COUNTER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.settimeout(20); print("ready", flush=True)
+n = 0
+try:
+    while True:
+        s.recv(64); n += 1; s.settimeout(0.5)
+except TimeoutError:
+    print(n, flush=True)
+"""
+SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(int(sys.argv[3])):
+    s.sendto(b"x", (sys.argv[1], int(sys.argv[2]))); time.sleep(0.0005)
+"""
+
+
+def test_loss_at_50_percent_drops_about_half(live: LiveNetwork) -> None:
+    sent = 400
+    record = live.start(Loss.of(["n1"], ["n2"], 50))
+    address = live.net.address("n2")
+    counter = live.spawn(
+        "n2",
+        [sys.executable, "-c", COUNTER, address, "7001"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert counter.stdout is not None
+    assert counter.stdout.readline().strip() == "ready"
+    live.run("n1", [sys.executable, "-c", SENDER, address, "7001", str(sent)])
+    received = int(counter.stdout.readline())
+    live.heal(record)
+    # Binomial(400, 0.5): mean 200, standard deviation 10; the bounds are 8 of them away.
+    assert 120 <= received <= 280, received
