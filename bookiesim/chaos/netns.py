@@ -34,7 +34,7 @@ from bookiesim.chaos.netfaults import (
     fault_to_json,
     heal_steps,
 )
-from bookiesim.chaos.network import PREFIX, TestNetwork
+from bookiesim.chaos.network import TestNetwork, owned_by_run
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -304,28 +304,29 @@ async def open_network(
             await trio.to_thread.run_sync(live.teardown)
 
 
-def leftovers(prefix: str = PREFIX) -> list[tuple[str, str]]:
-    """Everything of ours this machine still holds: ``(kind, name)`` with kind one of
-    ``namespace``, ``link`` (root namespace) or ``table`` (root namespace's nft)."""
-    found = [("namespace", ns) for ns in _namespaces() if ns.startswith(prefix)]
+def leftovers(run_id: str | None = None) -> list[tuple[str, str]]:
+    """Everything of ours (of run ``run_id``, if given) this machine still holds:
+    ``(kind, name)`` with kind one of ``namespace``, ``link`` (root namespace) or ``table``
+    (root namespace's nft)."""
+    found = [("namespace", ns) for ns in _namespaces() if owned_by_run(ns, run_id)]
     for line in _run(["ip", "-o", "link", "show"]).splitlines():
         # "3: NAME@peer: <...>" or "3: NAME: <...>"
         name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(prefix):
+        if owned_by_run(name, run_id):
             found.append(("link", name))
     if shutil.which("nft") is not None:
         for line in _run(["nft", "list", "tables"], check=False).splitlines():
             words = line.split()  # "table inet NAME"
-            if len(words) == 3 and words[2].startswith(prefix):
+            if len(words) == 3 and owned_by_run(words[2], run_id):
                 found.append(("table", f"{words[1]} {words[2]}"))
     return found
 
 
-def cleanup(prefix: str = PREFIX) -> list[str]:
-    """Remove every namespace, link and nft table named with ``prefix``, killing the
-    processes inside first; one line per thing removed. Idempotent."""
+def cleanup(run_id: str | None = None) -> list[str]:
+    """Remove every namespace, link and nft table named ``bks-*`` (``bks-<run_id>*`` if
+    given), killing the processes inside first; one line per thing removed. Idempotent."""
     removed: list[str] = []
-    for kind, name in leftovers(prefix):
+    for kind, name in leftovers(run_id):
         if kind == "namespace":
             killed = _kill_namespace(name)
             _run(["ip", "netns", "delete", name])

@@ -3,8 +3,8 @@
 - ``cleanup``: remove every network namespace, link and nft table whose name starts with
   ``bks-`` (what a harness killed with SIGKILL leaves), killing the processes still running
   in those namespaces first. Prints one line per thing removed, or that nothing was left;
-  exit 0, also when run again. Exit 1 with one line when something could not be removed
-  (for instance without root).
+  exit 0, also when run again. ``--run ID`` limits it to one run's names. Exit 1 with one
+  line when something could not be removed (for instance without root).
 """
 
 from __future__ import annotations
@@ -34,20 +34,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "killing the processes in them), links and nft tables whose name starts with "
         f"{PREFIX!r}.",
     )
+    clean.add_argument(
+        "--run",
+        metavar="ID",
+        help="only that run's (bks-ID, bks-ID-*): other runs going on are left alone",
+    )
     clean.set_defaults(func=_cleanup)
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    pattern = f"{PREFIX}*" if args.run is None else f"{PREFIX}{args.run}*"
     try:
-        found = leftovers()
+        found = leftovers(args.run)
         if not found:
-            print(f"chaos cleanup: nothing named {PREFIX}* left")
+            print(f"chaos cleanup: nothing named {pattern} left")
             return 0
         missing = missing_privilege()
         if missing is not None:
             print(f"chaos cleanup: {len(found)} left but cannot remove them: {missing}")
             return 1
-        removed = cleanup()
+        removed = cleanup(args.run)
     except NetworkError as exc:
         print(f"chaos cleanup: {exc}")
         return 1

@@ -8,9 +8,16 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
-from bookiesim.chaos.netns import leftovers
+from bookiesim.chaos.netns import LiveNetwork, leftovers
+from bookiesim.chaos.network import TestNetwork
+from bookiesim.cli import chaos_command
+from bookiesim.cli.main import main
 from tests.chaos.test_netns import need_network
+
+if TYPE_CHECKING:
+    import pytest
 
 HARNESS = """
 import sys, time
@@ -67,3 +74,26 @@ def test_cleanup_removes_what_a_sigkilled_harness_left() -> None:
 
     again = cleanup_command()
     assert (again.returncode, again.stdout) == (0, "chaos cleanup: nothing named bks-* left\n")
+
+
+def test_cleanup_of_one_run_leaves_another_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    need_network()
+    with LiveNetwork(TestNetwork.plan(["a"])) as keep, LiveNetwork(TestNetwork.plan(["a"])) as gone:
+        assert main(["chaos", "cleanup", "--run", gone.net.run_id]) == 0
+        assert set(capsys.readouterr().out.splitlines()) == {
+            f"removed namespace bks-{gone.net.run_id}",
+            f"removed namespace bks-{gone.net.run_id}-a",
+        }
+        assert {name for _, name in leftovers(keep.net.run_id)} == set(keep.net.namespaces)
+        assert leftovers(gone.net.run_id) == []
+
+
+def test_cleanup_without_the_privilege_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(chaos_command, "leftovers", lambda run: [("namespace", "bks-x1")])
+    monkeypatch.setattr(chaos_command, "missing_privilege", lambda: "not root (reason)")
+    assert main(["chaos", "cleanup"]) == 1
+    assert capsys.readouterr().out == (
+        "chaos cleanup: 1 left but cannot remove them: not root (reason)\n"
+    )
