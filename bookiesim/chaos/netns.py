@@ -189,6 +189,9 @@ class LiveNetwork:
     records: list[FaultRecord] = field(default_factory=list)
     _active: dict[int, FaultRecord] = field(default_factory=dict)
     _processes: list[subprocess.Popen[Any]] = field(default_factory=list)
+    _created: list[str] = field(default_factory=list)
+    """The namespaces this object added: the only ones its teardown deletes (a run id
+    that clashes with a live run's must not take that run down)."""
 
     def __enter__(self) -> LiveNetwork:
         self.setup()
@@ -204,6 +207,8 @@ class LiveNetwork:
         try:
             for argv in self.net.setup_commands():
                 _run(argv)
+                if argv[:3] == ["ip", "netns", "add"]:
+                    self._created.append(argv[3])
         except BaseException:
             self.teardown()
             raise
@@ -219,8 +224,9 @@ class LiveNetwork:
                 if stream is not None:
                     stream.close()
         self._processes.clear()
-        for namespace in reversed(self.net.namespaces):
+        for namespace in reversed(self._created):
             _delete_namespace(namespace)
+        self._created.clear()
         now = self.clock()
         for record in self._active.values():
             record.end = now

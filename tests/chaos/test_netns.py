@@ -239,3 +239,12 @@ def test_loss_at_50_percent_drops_about_half(live: LiveNetwork) -> None:
     live.heal(record)
     # Binomial(400, 0.5): mean 200, standard deviation 10; the bounds are 8 of them away.
     assert 120 <= received <= 280, received
+
+
+def test_a_run_id_in_use_is_refused_and_the_running_network_left_alone(
+    live: LiveNetwork,
+) -> None:
+    clash = LiveNetwork(TestNetwork.plan(["n1"], run_id=live.net.run_id))
+    with pytest.raises(NetworkError, match=f"ip netns add bks-{live.net.run_id}"):
+        clash.setup()
+    assert matrix(live) == all_ok(live)
