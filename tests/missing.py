@@ -27,11 +27,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JAVA",
+    "NFTABLES",
     "PROMETHEUS",
     "UPSTREAM",
     "ZOOKEEPER",
     "Missing",
     "need_java",
+    "need_privilege",
     "need_tool",
     "need_zookeeper",
     "skip_missing",
@@ -61,12 +63,14 @@ ZOOKEEPER = Missing("ZooKeeper", "apt-get install zookeeper")
 JAVA = Missing("java", "apt-get install openjdk-17-jre-headless")
 PROMETHEUS = Missing("Prometheus", "apt-get install prometheus")
 """Debian's ``prometheus`` package brings ``promtool`` too."""
+NFTABLES = Missing("nftables", "apt-get install nftables")
+"""``nft``, for the network faults of ``bookiesim.chaos`` (tests/chaos)."""
 UPSTREAM = Missing(
     "upstream BookKeeper 4.17.4",
     "set BOOKKEEPER_HOME to an installation: lib/*.jar, Java 17 on PATH",
     skips_in_ci=True,
 )
-KNOWN = (ZOOKEEPER, JAVA, PROMETHEUS, UPSTREAM)
+KNOWN = (ZOOKEEPER, JAVA, PROMETHEUS, NFTABLES, UPSTREAM)
 
 
 def _in_ci() -> bool:
@@ -96,6 +100,17 @@ def need_tool(binary: str, missing: Missing) -> str:
     if path is None:
         skip_missing(missing, f"no {binary} on PATH")
     return path
+
+
+def need_privilege(missing: str | None) -> None:
+    """Skip the calling test (fail it under ``CI=true``, which runs as root) when
+    ``missing`` names a privilege this process lacks (one line, e.g.
+    :func:`bookiesim.chaos.netns.missing_privilege`'s); nothing when it is None."""
+    if missing is None:
+        return
+    if _in_ci():
+        pytest.fail(f"CI=true and {missing}")
+    pytest.skip(missing)
 
 
 def need_zookeeper() -> ZooKeeperInstall:
