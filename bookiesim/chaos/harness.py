@@ -1,0 +1,400 @@
+"""One run of a schedule against real bookiesim bookies (``bookiesim chaos run``).
+
+The run: a network (a node per bookie, ``b1``..``bN``, and ``c1`` for the client workloads;
+the metadata in SQLite, one file every namespace sees), ``bookiesim bookie`` processes in
+their nodes (``bookieAddress`` = the node's address, port 3181, auto-recovery on, as
+``cluster up``), the workloads (:mod:`.workloads`) and the nemesis (:mod:`.nemesis`) for the
+duration, then the heal, the final phase (every writer's ledger recovered and read back, the
+under-replicated count polled until 0, a probe write), and the checker and the reports
+(``report_run``). Everything goes into ``out``: ``history.jsonl``, ``summary.json``,
+``timeline.png``, ``bookies/<node>/`` (each bookie's directories and ``bookie.log``).
+
+The harness process enters the client node's network namespace for the run (``setns`` on
+its main thread, restored at the end), so its client connections come from the client
+node's address and every network fault applies to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import random
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
+from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
+from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
+from bookiesim.chaos.netns import FaultRecord, LiveNetwork
+from bookiesim.chaos.network import TestNetwork
+from bookiesim.chaos.report import report_run
+from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
+from bookiesim.client.bookkeeper import BookKeeper
+from bookiesim.client.context import ClientConfig
+from bookiesim.cluster.processes import (
+    BOOKIE_PROGRAM,
+    ClusterError,
+    LocalBookie,
+    bookie_settings,
+    spawn_bookie,
+    wait_ready,
+)
+from bookiesim.metadata.underreplication import UnderReplicationManager
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from bookiesim.chaos.history import FaultHandle
+
+__all__ = ["BOOKIE_PORT", "RunOptions", "run_schedule"]
+
+BOOKIE_PORT = 3181
+CLIENT = "c1"
+HISTORY_NAME = "history.jsonl"
+CONVERGENCE = 90.0
+"""Seconds after the heal within which every ledger must be replicated and a probe write
+succeed (the checker's bound, stated in the header)."""
+_CLONE_NEWNET = 0x40000000
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    seed: int
+    duration: float
+    families: list[str]
+    bookies: int
+    out: Path
+    writers: list[WriterSpec]
+    journeys: bool = True
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "run": self.out.name,
+            "target": "bookiesim",
+            "seed": self.seed,
+            "duration": self.duration,
+            "families": self.families,
+            "bookies": self.bookies,
+            "writers": [
+                f"{w.ensemble}/{w.write_quorum}/{w.ack_quorum}{'v2' if w.v2 else ''}"
+                for w in self.writers
+            ],
+            "journeys": self.journeys,
+            "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
+        }
+
+
+def replay_command(history: Path) -> str:
+    return f"bookiesim chaos replay {history}"
+
+
+@contextlib.contextmanager
+def _in_namespace(namespace: str) -> Any:
+    """The calling thread in ``namespace``'s network namespace for the block."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(target, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+        try:
+            yield
+        finally:
+            libc.setns(own, _CLONE_NEWNET)
+    finally:
+        os.close(own)
+        os.close(target)
+
+
+@dataclass
+class Bookies:
+    """The run's bookie processes by node, and how to hurt them."""
+
+    live: LiveNetwork
+    root: Path
+    uri: str
+    procs: dict[str, LocalBookie] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> dict[str, str]:
+        """Node name by bookie id."""
+        return {f"{self.live.net.address(n)}:{BOOKIE_PORT}": n for n in self.procs}
+
+    def _settings(self, node: str) -> list[str]:
+        address = self.live.net.address(node)
+        return bookie_settings(
+            self.root / node,
+            f"metadataServiceUri={self.uri}",
+            f"bookieAddress={address}",
+            f"bookiePort={BOOKIE_PORT}",
+            "autoRecoveryDaemonEnabled=true",
+        )
+
+    def start(self, nodes: list[str], *, again: bool = False) -> None:
+        started = []
+        for node in nodes:
+            program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
+            bookie = spawn_bookie(
+                node, self.root / node, self._settings(node), program=program, new_root=not again
+            )
+            self.procs[node] = bookie
+            started.append(bookie)
+        wait_ready(started, 60)
+
+    def signal(self, node: str, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.procs[node].proc.pid, sig)
+
+    def kill9(self, node: str) -> None:
+        self.signal(node, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.procs[node].proc.wait(timeout=10)
+        stdout = self.procs[node].proc.stdout
+        if stdout is not None:
+            stdout.close()
+
+    def stop_all(self) -> None:
+        for node, bookie in self.procs.items():
+            self.signal(node, signal.SIGCONT)
+            if bookie.proc.poll() is None:
+                bookie.proc.send_signal(signal.SIGTERM)
+        for bookie in self.procs.values():
+            try:
+                bookie.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                bookie.proc.kill()
+                bookie.proc.wait()
+            if bookie.proc.stdout is not None:
+                bookie.proc.stdout.close()
+
+
+@dataclass
+class Run:
+    options: RunOptions
+    live: LiveNetwork
+    bookies: Bookies
+    rec: Recorder
+    console: Console
+    counts: dict[tuple[str, str], int]
+    started: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        elapsed = trio.current_time() - self.started
+        self.console.print(f"[dim]{elapsed:7.1f} s[/dim] {text}", highlight=False)
+
+    def _network_fault(self, fault: PlannedFault) -> NetworkFault:
+        net = self.live.net
+        if fault.kind == "isolate":
+            return Partition.isolate(net, fault.targets[0])
+        if fault.kind == "split":
+            return Partition.split(net, fault.targets)
+        if fault.kind == "one-way":
+            return OneWay.of([CLIENT], fault.targets)
+        others = [n for n in net.names if n not in fault.targets]
+        return Loss.of(fault.targets, others, int(fault.params["percent"]))
+
+    async def _inject(self, fault: PlannedFault) -> FaultRecord | None:
+        if fault.family == "net":
+            return await trio.to_thread.run_sync(self.live.start, self._network_fault(fault))
+        node = fault.targets[0]
+        if fault.family == "pause":
+            self.bookies.signal(node, signal.SIGSTOP)
+        elif fault.family == "crash":
+            await trio.to_thread.run_sync(self.bookies.kill9, node)
+        return None
+
+    async def _heal(self, fault: PlannedFault, record: FaultRecord | None) -> dict[str, Any]:
+        if record is not None:
+            await trio.to_thread.run_sync(self.live.heal, record)
+            return {}
+        node = fault.targets[0]
+        if fault.family == "pause":
+            self.bookies.signal(node, signal.SIGCONT)
+        elif fault.family == "crash":
+            try:
+                await trio.to_thread.run_sync(lambda: self.bookies.start([node], again=True))
+            except ClusterError as exc:
+                self.notes.append(f"{node} did not come back: {exc}".splitlines()[0])
+                return {"error": self.notes[-1]}
+        return {}
+
+    async def nemesis(self, schedule: list[PlannedFault]) -> None:
+        for fault in schedule:
+            await trio.sleep_until(self.started + fault.start)
+            record = await self._inject(fault)
+            handle: FaultHandle = self.rec.fault_start(
+                fault.kind, fault.targets, fault.params, down=fault.targets
+            )
+            self.say(
+                f"[yellow]fault {handle.id}[/yellow] {fault.describe()} for {fault.length:.1f} s"
+            )
+            await trio.sleep_until(self.started + fault.end)
+            result = await self._heal(fault, record)
+            self.rec.fault_end(handle, **result)
+            self.say(f"[green]healed {handle.id}[/green] {fault.kind} {result.get('error', '')}")
+
+    async def _registered(self, bk: BookKeeper, seconds: float) -> bool:
+        with trio.move_on_after(seconds):
+            while set(self.bookies.ids) - set(await bk.live_bookies()):  # noqa: ASYNC110 - polls the store
+                await trio.sleep(0.5)
+            return True
+        return False
+
+    async def final_phase(self, work: Workloads, bk: BookKeeper) -> None:
+        if not await self._registered(bk, 60):
+            self.notes.append("not every bookie registered again within 60 s of the heal")
+        self.say(f"final reads of {len(work.ledgers)} ledgers")
+        for lid in sorted(work.ledgers):
+            await work.recover_and_read(lid)
+        self.say("replication checks")
+        manager = UnderReplicationManager(bk.store, bk.ledgers_root)
+        deadline = trio.current_time() + CONVERGENCE / 2
+        while True:
+            h = self.rec.invoke("replication_check", process="final", node=CLIENT)
+            count = await manager.count()
+            self.rec.ok(h, under_replicated=count)
+            if count == 0 or trio.current_time() > deadline:
+                break
+            await trio.sleep(2)
+        for _attempt in range(5):
+            h = self.rec.invoke("probe_write", process="final", node=CLIENT)
+            try:
+                with trio.fail_after(20):
+                    lh = await bk.create_ledger(3, 2, 2)
+                    await lh.add_entry(b"probe")
+                    await lh.close()
+            except (trio.TooSlowError, Exception) as exc:
+                self.rec.fail(h, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                await trio.sleep(2)
+                continue
+            self.rec.ok(h, ledger=lh.ledger_id)
+            break
+
+    async def main(self, schedule: list[PlannedFault]) -> None:
+        opts = self.options
+        config = ClientConfig(request_timeout=5.0, connect_timeout=3.0, seed=opts.seed)
+        v2 = ClientConfig(
+            request_timeout=5.0, connect_timeout=3.0, seed=opts.seed, use_v2_wire_protocol=True
+        )
+        async with (
+            BookKeeper.open(self.bookies.uri, config=config) as bk,
+            BookKeeper.open(self.bookies.uri, config=v2) as bk2,
+        ):
+            if not await self._registered(bk, 60):
+                raise ClusterError("the bookies did not all register within 60 s")
+            self.started = trio.current_time()
+            end = self.started + opts.duration
+            rng = random.Random(opts.seed)
+            work = Workloads(self.rec, CLIENT, {False: bk, True: bk2}, rng, end)
+            self.say(f"{len(schedule)} faults planned over {opts.duration:.0f} s")
+            async with trio.open_nursery() as nursery:
+                for i, spec in enumerate(opts.writers, 1):
+                    nursery.start_soon(work.writer, spec, i)
+                nursery.start_soon(work.tailer)
+                nursery.start_soon(work.recoverer)
+                if opts.journeys:
+                    journeys = Journeys(
+                        self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
+                        self.bookies.uri, self.bookies.ids, bk, random.Random(opts.seed + 1), end,
+                    )  # fmt: skip
+                    nursery.start_soon(journeys.run)
+                nursery.start_soon(self.nemesis, schedule)
+                nursery.start_soon(self._progress, end)
+            # Anything left hurt (none, once the nemesis ran to its end) is healed here.
+            self.live.heal_all()
+            for node in self.bookies.procs:
+                self.bookies.signal(node, signal.SIGCONT)
+            self.say("workloads done, every fault healed")
+            await self.final_phase(work, bk)
+
+    async def _progress(self, end: float) -> None:
+        while trio.current_time() < end:
+            await trio.sleep(min(10.0, max(0.1, end - trio.current_time())))
+            self.say(f"progress: {self.rec_counts()}")
+
+    def rec_counts(self) -> str:
+        c = self.counts
+        return (
+            f"{c.get(('add', 'ok'), 0)} adds acknowledged, {c.get(('add', 'fail'), 0)} failed, "
+            f"{c.get(('add', 'unknown'), 0)} unknown; {c.get(('journey', 'ok'), 0)} journey "
+            f"steps ok, {c.get(('journey', 'fail'), 0) + c.get(('journey', 'unknown'), 0)} not"
+        )
+
+
+def run_schedule(options: RunOptions, console: Console) -> int:
+    """One run; returns the exit code (0: no violation, 1: violations). ``ClusterError`` /
+    ``NetworkError`` / ``OSError`` propagate with one-line messages."""
+    out = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    history_path = out / HISTORY_NAME
+    if history_path.exists():
+        raise FileExistsError(f"{history_path} exists: give --out a new directory")
+    bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
+    schedule = plan_schedule(options.seed, options.duration, options.families, bookies)
+    plan = TestNetwork.plan([*bookies, CLIENT])
+    uri = f"sqlite:///{out.resolve()}/metadata.db"
+    counts: dict[tuple[str, str], int] = {}
+    kinds: dict[int, str] = {}
+    # The client's warnings (fenced writers, ensemble changes) go to a file, not between the
+    # progress lines.
+    log = logging.FileHandler(out / "harness.log")
+    log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(log)
+    try:
+        return _run(options, console, schedule, plan, uri, counts, kinds)
+    finally:
+        logging.getLogger().removeHandler(log)
+        log.close()
+
+
+def _run(
+    options: RunOptions,
+    console: Console,
+    schedule: list[PlannedFault],
+    plan: TestNetwork,
+    uri: str,
+    counts: dict[tuple[str, str], int],
+    kinds: dict[int, str],
+) -> int:
+    out = options.out
+    history_path = out / HISTORY_NAME
+    bookies = plan.names[:-1]
+
+    with JsonLinesSink(history_path) as sink, LiveNetwork(plan) as live:
+
+        def counting(record: dict[str, Any]) -> None:
+            # Progress figures, counted as the records go by.
+            sink(record)
+            if record["type"] == "invoke":
+                kinds[record["op"]] = record["kind"]
+            elif record["type"] in ("ok", "fail", "unknown"):
+                key = (kinds.get(record["op"], "?"), record["type"])
+                counts[key] = counts.get(key, 0) + 1
+
+        rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
+        nodes = Bookies(live, out / "bookies", uri)
+        run = Run(options, live, nodes, rec, console, counts)
+        console.print(
+            f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
+            f"families {','.join(options.families)}, {options.bookies} bookies, out {out}",
+            highlight=False,
+        )
+        try:
+            nodes.start(bookies)
+            with _in_namespace(plan.node(CLIENT).namespace):
+                trio.run(run.main, schedule)
+        finally:
+            nodes.stop_all()
+    for note in run.notes:
+        console.print(f"note: {note}", markup=False)
+    result, _summary = report_run(read_history(history_path), out, console)
+    return 1 if result.violations else 0
