@@ -54,7 +54,16 @@ if TYPE_CHECKING:
 
     from bookiesim.chaos.history import FaultHandle
 
-__all__ = ["BOOKIE_PORT", "RunOptions", "run_schedule"]
+__all__ = ["BOOKIE_PORT", "BUGS", "RunOptions", "run_schedule"]
+
+BUGS: dict[str, tuple[str, str]] = {
+    "add-ignores-fence": (
+        "unsafeAddIgnoresFence=true",
+        "every bookie acknowledges a writer's add into a fenced ledger, so a writer goes on "
+        "past the end a recovery closed the ledger at (the checker's `fencing`)",
+    ),
+}
+"""Bug switches live bookies carry, by name: the bookie setting and what it breaks."""
 
 BOOKIE_PORT = 3181
 CLIENT = "c1"
@@ -74,6 +83,7 @@ class RunOptions:
     out: Path
     writers: list[WriterSpec]
     journeys: bool = True
+    bugs: list[str] = field(default_factory=list)
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -88,6 +98,7 @@ class RunOptions:
                 for w in self.writers
             ],
             "journeys": self.journeys,
+            "bugs": self.bugs,
             "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
         }
 
@@ -121,6 +132,7 @@ class Bookies:
     live: LiveNetwork
     root: Path
     uri: str
+    extra: list[str] = field(default_factory=list)
     procs: dict[str, LocalBookie] = field(default_factory=dict)
 
     @property
@@ -136,6 +148,7 @@ class Bookies:
             f"bookieAddress={address}",
             f"bookiePort={BOOKIE_PORT}",
             "autoRecoveryDaemonEnabled=true",
+            *self.extra,
         )
 
     def start(self, nodes: list[str], *, again: bool = False) -> None:
@@ -381,11 +394,13 @@ def _run(
                 counts[key] = counts.get(key, 0) + 1
 
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
-        nodes = Bookies(live, out / "bookies", uri)
+        bugs = [BUGS[name][0] for name in options.bugs]
+        nodes = Bookies(live, out / "bookies", uri, bugs)
         run = Run(options, live, nodes, rec, console, counts)
         console.print(
             f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
-            f"families {','.join(options.families)}, {options.bookies} bookies, out {out}",
+            f"families {','.join(options.families) or 'none'}, {options.bookies} bookies, "
+            f"out {out}",
             highlight=False,
         )
         try:

@@ -58,15 +58,18 @@ class PlannedFault:
 
 
 def parse_families(text: str) -> list[str]:
-    """``net,pause`` -> the families in order; ``all`` -> every one. ``ValueError`` (one
-    line) for an unknown name or none."""
+    """``net,pause`` -> the families in order; ``all`` -> every one; ``none`` -> no faults
+    (the workloads alone). ``ValueError`` (one line) for an unknown name or none given."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
         return list(FAMILIES)
+    if names == ["none"]:
+        return []
     unknown = [n for n in names if n not in FAMILIES]
     if unknown or not names:
         raise ValueError(
-            f"unknown fault families {unknown or names!r}: choose from {', '.join(FAMILIES)} or all"
+            f"unknown fault families {unknown or names!r}: choose from "
+            f"{', '.join(FAMILIES)}, all or none"
         )
     return list(dict.fromkeys(names))
 
@@ -92,6 +95,8 @@ def plan_schedule(
 ) -> list[PlannedFault]:
     """Faults within ``duration`` seconds: each ends by then, one at a time."""
     rng = random.Random(seed)
+    if not families:
+        return []
     order = list(families)
     rng.shuffle(order)
     faults: list[PlannedFault] = []

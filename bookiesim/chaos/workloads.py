@@ -191,7 +191,7 @@ class Workloads:
         bk = self.clients[False]
         args = {"workload": "recoverer"}
         while self._more():
-            await trio.sleep(self.rng.uniform(4, 8))
+            await trio.sleep(self.rng.uniform(3, 6))
             if not self.writing or not self._more():
                 continue
             lid = self.rng.choice(sorted(self.writing))

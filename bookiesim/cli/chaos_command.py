@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bookiesim.chaos.harness import HISTORY_NAME, RunOptions, run_schedule
+from bookiesim.chaos.harness import BUGS, HISTORY_NAME, RunOptions, run_schedule
 from bookiesim.chaos.history import HistoryError, read_history
 from bookiesim.chaos.nemesis import FAMILIES, parse_families
 from bookiesim.chaos.netns import NetworkError, cleanup, leftovers, missing_privilege
@@ -107,6 +107,14 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
         help="writers' E/Qw/Qa, v2 after one for that protocol (default 3/3/2,3/2/2,2/2/2v2)",
     )
     parser.add_argument("--no-journeys", action="store_true", help="no command-line journeys")
+    parser.add_argument(
+        "--bug",
+        action="append",
+        default=[],
+        choices=sorted(BUGS),
+        help="a bug switch every bookie carries, to show the checker bites: "
+        + "; ".join(f"{k}: {v[1]}" for k, v in sorted(BUGS.items())),
+    )
     parser.add_argument("--out", type=Path, required=True, help="a new directory for the output")
 
 
@@ -117,6 +125,9 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
     if args.bookies < 3:
         raise ValueError("--bookies must be at least 3 (the writers' ensembles need them)")
     writers = parse_writers(args.writers)
+    unknown = sorted(set(args.bug) - set(BUGS))
+    if unknown:
+        raise ValueError(f"unknown bug switches {unknown}: choose from {', '.join(sorted(BUGS))}")
     if max(w.ensemble for w in writers) > args.bookies:
         raise ValueError(f"a writer's ensemble is larger than --bookies {args.bookies}")
     return RunOptions(
@@ -127,6 +138,7 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         out=out,
         writers=writers,
         journeys=not args.no_journeys,
+        bugs=list(args.bug),
     )
 
 
@@ -167,7 +179,7 @@ def _replay(args: argparse.Namespace) -> int:
     history_path = path / HISTORY_NAME if path.is_dir() else path
     try:
         meta = read_history(history_path).meta
-        families = ",".join(meta["families"])
+        families = ",".join(meta["families"]) or "none"
         source = argparse.Namespace(
             seed=int(meta["seed"]),
             duration=float(meta["duration"]),
@@ -175,6 +187,7 @@ def _replay(args: argparse.Namespace) -> int:
             bookies=int(meta["bookies"]),
             writers=",".join(meta["writers"]),
             no_journeys=not meta.get("journeys", True),
+            bug=list(meta.get("bugs", [])),
         )
     except (OSError, HistoryError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
