@@ -72,6 +72,10 @@ CONVERGENCE = 90.0
 """Seconds after the heal within which every ledger must be replicated and a probe write
 succeed (the checker's bound, stated in the header)."""
 _CLONE_NEWNET = 0x40000000
+DISK_BYTES = 256 << 20
+"""The size of each bookie's ledger disk (a tmpfs) when the ``disk`` family runs."""
+DISK_SETTINGS = ("diskCheckInterval=500", "diskUsageThreshold=0.90", "diskUsageLwmThreshold=0.80")
+"""Fast disk checks; read-only above 90 % used, writable again below 80 %."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,10 @@ class Bookies:
     root: Path
     uri: str
     extra: list[str] = field(default_factory=list)
+    small_disks: bool = False
+    """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
     procs: dict[str, LocalBookie] = field(default_factory=dict)
+    mounts: list[Path] = field(default_factory=list)
 
     @property
     def ids(self) -> dict[str, str]:
@@ -148,15 +155,47 @@ class Bookies:
             f"bookieAddress={address}",
             f"bookiePort={BOOKIE_PORT}",
             "autoRecoveryDaemonEnabled=true",
+            *(DISK_SETTINGS if self.small_disks else ()),
             *self.extra,
         )
+
+    def mount_disks(self, nodes: list[str]) -> None:
+        for node in nodes:
+            where = self.root / node / "ledgers"
+            where.mkdir(parents=True)
+            argv = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", f"bks-{node}", str(where)]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise OSError(f"mount -t tmpfs at {where} failed: {done.stderr.strip()}")
+            self.mounts.append(where)
+
+    def unmount_disks(self) -> None:
+        for where in self.mounts:
+            # Lazy: a bookie killed a moment ago may still hold a file open.
+            subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+        self.mounts.clear()
+
+    def fill(self, node: str) -> None:
+        """A filler file that takes ``node``'s ledger disk to 95 % used."""
+        disk = self.root / node / "ledgers"
+        st = os.statvfs(disk)
+        missing = int((0.95 - (1.0 - st.f_bavail / st.f_blocks)) * DISK_BYTES)
+        with (disk / "filler").open("ab") as f:
+            f.write(bytes(max(0, missing)))
+
+    def free(self, node: str) -> None:
+        (self.root / node / "ledgers" / "filler").unlink(missing_ok=True)
 
     def start(self, nodes: list[str], *, again: bool = False) -> None:
         started = []
         for node in nodes:
             program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
             bookie = spawn_bookie(
-                node, self.root / node, self._settings(node), program=program, new_root=not again
+                node,
+                self.root / node,
+                self._settings(node),
+                program=program,
+                new_root=not (again or self.small_disks),
             )
             self.procs[node] = bookie
             started.append(bookie)
@@ -223,6 +262,8 @@ class Run:
             self.bookies.signal(node, signal.SIGSTOP)
         elif fault.family == "crash":
             await trio.to_thread.run_sync(self.bookies.kill9, node)
+        elif fault.family == "disk":
+            await trio.to_thread.run_sync(self.bookies.fill, node)
         return None
 
     async def _heal(self, fault: PlannedFault, record: FaultRecord | None) -> dict[str, Any]:
@@ -232,6 +273,8 @@ class Run:
         node = fault.targets[0]
         if fault.family == "pause":
             self.bookies.signal(node, signal.SIGCONT)
+        elif fault.family == "disk":
+            self.bookies.free(node)
         elif fault.family == "crash":
             try:
                 await trio.to_thread.run_sync(lambda: self.bookies.start([node], again=True))
@@ -395,7 +438,7 @@ def _run(
 
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
         bugs = [BUGS[name][0] for name in options.bugs]
-        nodes = Bookies(live, out / "bookies", uri, bugs)
+        nodes = Bookies(live, out / "bookies", uri, bugs, small_disks="disk" in options.families)
         run = Run(options, live, nodes, rec, console, counts)
         console.print(
             f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
@@ -404,11 +447,14 @@ def _run(
             highlight=False,
         )
         try:
+            if nodes.small_disks:
+                nodes.mount_disks(bookies)
             nodes.start(bookies)
             with _in_namespace(plan.node(CLIENT).namespace):
                 trio.run(run.main, schedule)
         finally:
             nodes.stop_all()
+            nodes.unmount_disks()
     for note in run.notes:
         console.print(f"note: {note}", markup=False)
     result, _summary = report_run(read_history(history_path), out, console)

@@ -12,7 +12,9 @@ least once.
   the rest and the client), ``one-way`` (the client cannot reach a bookie; the bookie's own
   connections work), ``loss`` (30-60 % of packets between a bookie and every other node);
 * ``pause``: SIGSTOP, then SIGCONT;
-* ``crash``: SIGKILL, then the same bookie started again on its directories.
+* ``crash``: SIGKILL, then the same bookie started again on its directories;
+* ``disk``: a filler file takes the bookie's ledger disk (a tmpfs) past
+  ``diskUsageThreshold``; the bookie turns read-only, and writable again once it is removed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ FAMILIES: dict[str, str] = {
     "net": "partitions (isolate, majority/minority split, one-way) and packet loss",
     "pause": "SIGSTOP a bookie, then SIGCONT",
     "crash": "SIGKILL a bookie, then start it again on its directories",
+    "disk": "fill a bookie's ledger disk (a small tmpfs) until it turns read-only, then free it",
 }
 """The fault families a schedule draws from, by name."""
 

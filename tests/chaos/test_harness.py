@@ -17,8 +17,8 @@ from tests.chaos.test_netns import need_network
 if TYPE_CHECKING:
     from pathlib import Path
 
-SEED = 5
-"""Its 30 s schedule: isolate, pause, crash (checked below, so a change of the planner
+SEED = 7
+"""Its 30 s schedule: disk, pause, isolate, crash (checked below, so a change of the planner
 cannot quietly drop a family from this test)."""
 
 
@@ -43,7 +43,7 @@ def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path:
     assert summary["violations"] == {}
     assert summary["acknowledgedAdds"] > 1000
     assert summary["addsLost"] == 0
-    assert set(summary["faults"]) >= {"pause", "crash"}
+    assert set(summary["faults"]) >= {"disk", "pause", "crash"}
     assert summary["skipped"] == []  # read-back, convergence and journeys were all checked
     assert summary["ops"]["journey"].get("ok", 0) >= 5
     assert (out / "timeline.png").stat().st_size > 10_000
@@ -56,6 +56,11 @@ def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path:
     run_id = done.stdout.split()[2].rstrip(":")
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"bks-{run_id}" not in namespaces
+    mounts = subprocess.run(["mount"], capture_output=True, text=True).stdout
+    assert str(out) not in mounts  # the small ledger disks are unmounted
+    # The disk fault turned its bookie read-only, and back.
+    logs = "".join(p.read_text() for p in out.glob("bookies/*/bookie.log"))
+    assert "bookie is read-only: every ledger directory is full" in logs
 
 
 def test_a_bookie_that_acknowledges_adds_past_a_fence_is_caught_and_replayed(
