@@ -44,7 +44,7 @@ def test_a_schedule_is_its_seeds_one_fault_at_a_time_within_the_duration(
 
 def test_a_long_schedule_has_every_kind() -> None:
     kinds = {f.kind for f in plan_schedule(3, 600, list(FAMILIES), BOOKIES)}
-    assert kinds == {"isolate", "split", "one-way", "loss", "pause", "crash"}
+    assert kinds == {"isolate", "split", "one-way", "loss", "pause", "crash", "disk"}
 
 
 def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
@@ -65,7 +65,7 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     [
         (
             ["--families", "net,disco"],
-            "unknown fault families ['disco']: choose from net, pause, crash, all or none",
+            "unknown fault families ['disco']: choose from net, pause, crash, disk, all or none",
         ),
         (["--duration", "1"], "--duration must be at least 5 seconds"),
         (["--bookies", "2"], "--bookies must be at least 3 (the writers' ensembles need them)"),
