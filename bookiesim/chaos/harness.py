@@ -45,6 +45,7 @@ from bookiesim.cluster.processes import (
     spawn_bookie,
     wait_ready,
 )
+from bookiesim.metadata.testing import running_zookeeper
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ BUGS: dict[str, tuple[str, str]] = {
 
 BOOKIE_PORT = 3181
 CLIENT = "c1"
+ZOOKEEPER = "zk1"
 HISTORY_NAME = "history.jsonl"
 CONVERGENCE = 90.0
 """Seconds after the heal within which every ledger must be replicated and a probe write
@@ -88,6 +90,8 @@ class RunOptions:
     writers: list[WriterSpec]
     journeys: bool = True
     bugs: list[str] = field(default_factory=list)
+    metadata: str = "sqlite"
+    """``sqlite`` (a file every node sees) or ``zk`` (a ZooKeeper server in node ``zk1``)."""
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -103,6 +107,7 @@ class RunOptions:
             ],
             "journeys": self.journeys,
             "bugs": self.bugs,
+            "metadata": self.metadata,
             "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
         }
 
@@ -251,11 +256,13 @@ class Run:
             return Partition.split(net, fault.targets)
         if fault.kind == "one-way":
             return OneWay.of([CLIENT], fault.targets)
+        if fault.kind == "session-expiry":
+            return Partition.of(fault.targets, [ZOOKEEPER])
         others = [n for n in net.names if n not in fault.targets]
         return Loss.of(fault.targets, others, int(fault.params["percent"]))
 
     async def _inject(self, fault: PlannedFault) -> FaultRecord | None:
-        if fault.family == "net":
+        if fault.family in ("net", "zk"):
             return await trio.to_thread.run_sync(self.live.start, self._network_fault(fault))
         node = fault.targets[0]
         if fault.family == "pause":
@@ -361,6 +368,7 @@ class Run:
                     journeys = Journeys(
                         self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
                         self.bookies.uri, self.bookies.ids, bk, random.Random(opts.seed + 1), end,
+                        zookeeper=[ZOOKEEPER] if opts.metadata == "zk" else [],
                     )  # fmt: skip
                     nursery.start_soon(journeys.run)
                 nursery.start_soon(self.nemesis, schedule)
@@ -396,7 +404,8 @@ def run_schedule(options: RunOptions, console: Console) -> int:
         raise FileExistsError(f"{history_path} exists: give --out a new directory")
     bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
     schedule = plan_schedule(options.seed, options.duration, options.families, bookies)
-    plan = TestNetwork.plan([*bookies, CLIENT])
+    zk = [ZOOKEEPER] if options.metadata == "zk" else []
+    plan = TestNetwork.plan([*bookies, CLIENT, *zk])
     uri = f"sqlite:///{out.resolve()}/metadata.db"
     counts: dict[tuple[str, str], int] = {}
     kinds: dict[int, str] = {}
@@ -423,7 +432,7 @@ def _run(
 ) -> int:
     out = options.out
     history_path = out / HISTORY_NAME
-    bookies = plan.names[:-1]
+    bookies = [n for n in plan.names if n not in (CLIENT, ZOOKEEPER)]
 
     with JsonLinesSink(history_path) as sink, LiveNetwork(plan) as live:
 
@@ -447,11 +456,26 @@ def _run(
             highlight=False,
         )
         try:
-            if nodes.small_disks:
-                nodes.mount_disks(bookies)
-            nodes.start(bookies)
-            with _in_namespace(plan.node(CLIENT).namespace):
-                trio.run(run.main, schedule)
+            # In c1's namespace from here: the ZooKeeper server's readiness check, like the
+            # workloads, must reach the nodes' addresses (the root namespace has no route).
+            with _in_namespace(plan.node(CLIENT).namespace), contextlib.ExitStack() as stack:
+                if options.metadata == "zk":
+                    server = stack.enter_context(
+                        running_zookeeper(
+                            out / "zookeeper",
+                            host=plan.address(ZOOKEEPER),
+                            port=2181,
+                            prefix=plan.exec_argv(ZOOKEEPER, []),
+                        )
+                    )
+                    nodes.uri = server.uri("/ledgers")
+                if nodes.small_disks:
+                    nodes.mount_disks(bookies)
+                nodes.start(bookies)
+                try:
+                    trio.run(run.main, schedule)
+                finally:
+                    nodes.stop_all()
         finally:
             nodes.stop_all()
             nodes.unmount_disks()

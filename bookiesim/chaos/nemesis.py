@@ -14,7 +14,9 @@ least once.
 * ``pause``: SIGSTOP, then SIGCONT;
 * ``crash``: SIGKILL, then the same bookie started again on its directories;
 * ``disk``: a filler file takes the bookie's ledger disk (a tmpfs) past
-  ``diskUsageThreshold``; the bookie turns read-only, and writable again once it is removed.
+  ``diskUsageThreshold``; the bookie turns read-only, and writable again once it is removed;
+* ``zk``: ``session-expiry``, a bookie and the ZooKeeper server cut off from each other for
+  longer than the session lasts (``ZK_FAULT_SECONDS``); needs ZooKeeper as the metadata store.
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ FAMILIES: dict[str, str] = {
     "pause": "SIGSTOP a bookie, then SIGCONT",
     "crash": "SIGKILL a bookie, then start it again on its directories",
     "disk": "fill a bookie's ledger disk (a small tmpfs) until it turns read-only, then free it",
+    "zk": "cut a bookie off from the ZooKeeper server long enough for its session to expire",
 }
 """The fault families a schedule draws from, by name."""
 
 FAULT_SECONDS = (3.0, 8.0)
 """A fault lasts between these (uniform)."""
+ZK_FAULT_SECONDS = (7.0, 10.0)
+"""A session-expiry fault lasts between these: longer than the bookies' ZooKeeper session
+(5 s: the server's tick of 250 ms caps it at 20 ticks)."""
 GAP_SECONDS = (2.0, 5.0)
 """The quiet time after each fault (uniform), and before the first."""
 
@@ -105,13 +111,15 @@ def plan_schedule(
     faults: list[PlannedFault] = []
     t = rng.uniform(*GAP_SECONDS)
     while True:
-        length = round(rng.uniform(*FAULT_SECONDS), 3)
+        family = order[len(faults) % len(order)]
+        length = round(rng.uniform(*(ZK_FAULT_SECONDS if family == "zk" else FAULT_SECONDS)), 3)
         if t + length > duration:
             break
-        family = order[len(faults) % len(order)]
         params: dict[str, Any] = {}
         if family == "net":
             kind, targets, params = _net_fault(rng, bookies)
+        elif family == "zk":
+            kind, targets = "session-expiry", (rng.choice(bookies),)
         else:
             kind, targets = family, (rng.choice(bookies),)
         faults.append(PlannedFault(round(t, 3), length, family, kind, targets, params))

@@ -250,10 +250,14 @@ class Journeys:
     end: float
     ensemble: int = 2
     quorum: int = 2
+    zookeeper: list[str] = field(default_factory=list)
+    """The ZooKeeper nodes (none: the metadata is not on the network)."""
 
     async def _step(self, step: str, needs: dict[str, Any], *args: str) -> dict[str, Any] | None:
         argv = [sys.executable, "-m", "bookiesim", "ledger", step, "--metadata", self.metadata_uri]
         argv += ["--json", "--timeout", "5", *args]
+        if self.zookeeper:
+            needs = {**needs, "zookeeper": self.zookeeper}
         h = self.rec.invoke(
             "journey", process="journey", node=self.node, args={"step": step, **needs}
         )

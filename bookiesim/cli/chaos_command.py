@@ -108,6 +108,13 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
     )
     parser.add_argument("--no-journeys", action="store_true", help="no command-line journeys")
     parser.add_argument(
+        "--metadata",
+        choices=["sqlite", "zk"],
+        default="sqlite",
+        help="sqlite (default: a file every node sees) or zk (a ZooKeeper server in a node of "
+        "its own; needs java and ZooKeeper's jar)",
+    )
+    parser.add_argument(
         "--bug",
         action="append",
         default=[],
@@ -130,15 +137,21 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         raise ValueError(f"unknown bug switches {unknown}: choose from {', '.join(sorted(BUGS))}")
     if max(w.ensemble for w in writers) > args.bookies:
         raise ValueError(f"a writer's ensemble is larger than --bookies {args.bookies}")
+    families = parse_families(args.families)
+    if args.metadata != "zk" and "zk" in families:
+        if args.families.strip() != "all":
+            raise ValueError("the zk family needs --metadata zk")
+        families.remove("zk")
     return RunOptions(
         seed=args.seed,
         duration=float(args.duration),
-        families=parse_families(args.families),
+        families=families,
         bookies=args.bookies,
         out=out,
         writers=writers,
         journeys=not args.no_journeys,
         bugs=list(args.bug),
+        metadata=args.metadata,
     )
 
 
@@ -155,7 +168,7 @@ def _one_run(options: RunOptions) -> int:
     except FileExistsError as exc:
         print(f"chaos run: {exc}", file=sys.stderr)
         return 2
-    except (ClusterError, NetworkError, OSError) as exc:
+    except (ClusterError, NetworkError, OSError, RuntimeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"chaos run: {first}", file=sys.stderr)
         return 3
@@ -188,6 +201,7 @@ def _replay(args: argparse.Namespace) -> int:
             writers=",".join(meta["writers"]),
             no_journeys=not meta.get("journeys", True),
             bug=list(meta.get("bugs", [])),
+            metadata=meta.get("metadata", "sqlite"),
         )
     except (OSError, HistoryError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """``bookiesim chaos run`` end to end, as root: four bookiesim bookies in their nodes, the
 workloads and a schedule with every fault family, then the checker. A clean run has no
-violation; a run whose bookies carry a bug switch (``add-ignores-fence``) is caught, and its
-replay, from the history's header alone, is caught again."""
+violation, on SQLite and with a ZooKeeper server in a node of its own (a session expiry); a
+run whose bookies carry a bug switch (``add-ignores-fence``) is caught, and its replay, from
+the history's header alone, is caught again."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bookiesim.chaos.history import read_history
 from bookiesim.chaos.nemesis import FAMILIES, plan_schedule
 from tests.chaos.test_netns import need_network
+from tests.missing import need_zookeeper
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,10 +36,12 @@ def _summary(out: Path) -> dict[str, Any]:
 
 def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path: Path) -> None:
     need_network()
-    families = {f.family for f in plan_schedule(SEED, 30, list(FAMILIES), ["b1", "b2", "b3", "b4"])}
-    assert families == set(FAMILIES)
+    families = ["net", "pause", "crash", "disk"]
+    planned = {f.family for f in plan_schedule(SEED, 30, families, ["b1", "b2", "b3", "b4"])}
+    assert planned == set(families) == set(FAMILIES) - {"zk"}
     out = tmp_path / "run"
-    done = _chaos("run", "--seed", str(SEED), "--duration", "30", "--out", str(out))
+    args = ["--seed", str(SEED), "--duration", "30", "--families", ",".join(families)]
+    done = _chaos("run", *args, "--out", str(out))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = _summary(out)
     assert summary["violations"] == {}
@@ -61,6 +65,21 @@ def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path:
     # The disk fault turned its bookie read-only, and back.
     logs = "".join(p.read_text() for p in out.glob("bookies/*/bookie.log"))
     assert "bookie is read-only: every ledger directory is full" in logs
+
+
+def test_a_bookie_whose_zookeeper_session_expires_registers_again(tmp_path: Path) -> None:
+    need_network()
+    need_zookeeper()
+    out = tmp_path / "zk"
+    args = ["--seed", "1", "--duration", "15", "--metadata", "zk", "--families", "zk"]
+    done = _chaos("run", *args, "--out", str(out))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    summary = _summary(out)
+    assert summary["faults"] == {"session-expiry": 1}
+    assert summary["violations"] == {}
+    assert summary["skipped"] == []
+    logs = "".join(p.read_text() for p in out.glob("bookies/*/bookie.log"))
+    assert "vanished (session expired?); registering again" in logs
 
 
 def test_a_bookie_that_acknowledges_adds_past_a_fence_is_caught_and_replayed(

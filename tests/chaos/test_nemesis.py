@@ -44,7 +44,16 @@ def test_a_schedule_is_its_seeds_one_fault_at_a_time_within_the_duration(
 
 def test_a_long_schedule_has_every_kind() -> None:
     kinds = {f.kind for f in plan_schedule(3, 600, list(FAMILIES), BOOKIES)}
-    assert kinds == {"isolate", "split", "one-way", "loss", "pause", "crash", "disk"}
+    assert kinds == {
+        "isolate",
+        "split",
+        "one-way",
+        "loss",
+        "pause",
+        "crash",
+        "disk",
+        "session-expiry",
+    }
 
 
 def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
@@ -65,11 +74,13 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     [
         (
             ["--families", "net,disco"],
-            "unknown fault families ['disco']: choose from net, pause, crash, disk, all or none",
+            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, all or "
+            "none",
         ),
         (["--duration", "1"], "--duration must be at least 5 seconds"),
         (["--bookies", "2"], "--bookies must be at least 3 (the writers' ensembles need them)"),
         (["--writers", "5/3/2"], "a writer's ensemble is larger than --bookies 4"),
+        (["--families", "zk"], "the zk family needs --metadata zk"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
