@@ -168,7 +168,9 @@ class Bookies:
         for node in nodes:
             where = self.root / node / "ledgers"
             where.mkdir(parents=True)
-            argv = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", f"bks-{node}", str(where)]
+            # The source names the run, so that `chaos cleanup` finds what a killed run left.
+            source = f"{self.live.net.hub}-{node}"
+            argv = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", source, str(where)]
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise OSError(f"mount -t tmpfs at {where} failed: {done.stderr.strip()}")

@@ -312,9 +312,16 @@ async def open_network(
 
 def leftovers(run_id: str | None = None) -> list[tuple[str, str]]:
     """Everything of ours (of run ``run_id``, if given) this machine still holds:
-    ``(kind, name)`` with kind one of ``namespace``, ``link`` (root namespace) or ``table``
-    (root namespace's nft)."""
+    ``(kind, name)`` with kind one of ``namespace``, ``link`` (root namespace), ``table``
+    (root namespace's nft) or ``mount`` (a file system whose source is named ``bks-*``, such
+    as a run's small ledger disks; the name is where it is mounted)."""
     found = [("namespace", ns) for ns in _namespaces() if owned_by_run(ns, run_id)]
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        for line in mounts:
+            source, where = line.split()[:2]
+            if owned_by_run(source, run_id):
+                # /proc/mounts escapes blanks in paths as octal (\040).
+                found.append(("mount", where.encode().decode("unicode_escape")))
     for line in _run(["ip", "-o", "link", "show"]).splitlines():
         # "3: NAME@peer: <...>" or "3: NAME: <...>"
         name = line.split(":")[1].strip().split("@")[0]
@@ -341,6 +348,10 @@ def cleanup(run_id: str | None = None) -> list[str]:
         elif kind == "link":
             _run(["ip", "link", "delete", name], check=False)
             removed.append(f"link {name}")
+        elif kind == "mount":
+            # Lazy: whatever still has a file open there lets go of it later.
+            _run(["umount", "-l", name], check=False)
+            removed.append(f"mount {name}")
         else:
             family, table = name.split()
             _run(["nft", "delete", "table", family, table], check=False)

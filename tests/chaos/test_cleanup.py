@@ -17,6 +17,8 @@ from bookiesim.cli.main import main
 from tests.chaos.test_netns import need_network
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pytest
 
 HARNESS = """
@@ -43,9 +45,9 @@ def running(pid: int) -> bool:
         return False
 
 
-def cleanup_command() -> subprocess.CompletedProcess[str]:
+def cleanup_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bookiesim", "chaos", "cleanup"],
+        [sys.executable, "-m", "bookiesim", "chaos", "cleanup", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -64,7 +66,9 @@ def test_cleanup_removes_what_a_sigkilled_harness_left() -> None:
     assert namespaces <= {name for _, name in leftovers()}
     assert running(int(sleeper))  # orphaned, in b1's namespace
 
-    first = cleanup_command()
+    # --run: a bare cleanup would also take down the runs of anything else going on (other
+    # tests, a campaign), the harness processes included, as they sit in a client node.
+    first = cleanup_command("--run", run_id)
     assert first.returncode == 0, first.stdout + first.stderr
     lines = set(first.stdout.splitlines())
     assert f"removed namespace bks-{run_id}-b1 (killed 1 process)" in lines
@@ -72,8 +76,9 @@ def test_cleanup_removes_what_a_sigkilled_harness_left() -> None:
     assert not [name for _, name in leftovers() if run_id in name]
     assert not running(int(sleeper)), f"sleep {sleeper} survived the cleanup"
 
-    again = cleanup_command()
-    assert (again.returncode, again.stdout) == (0, "chaos cleanup: nothing named bks-* left\n")
+    again = cleanup_command("--run", run_id)
+    expected = f"chaos cleanup: nothing named bks-{run_id}* left\n"
+    assert (again.returncode, again.stdout) == (0, expected)
 
 
 def test_cleanup_of_one_run_leaves_another_alone(capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,3 +102,19 @@ def test_cleanup_without_the_privilege_says_so_in_one_line(
     assert capsys.readouterr().out == (
         "chaos cleanup: 1 left but cannot remove them: not root (reason)\n"
     )
+
+
+def test_cleanup_unmounts_a_runs_small_disks(tmp_path: Path) -> None:
+    need_network()
+    where = tmp_path / "b1" / "ledgers"
+    where.mkdir(parents=True)
+    source = "bks-c1ea9-b1"  # as `chaos run` names a bookie's small ledger disk
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", source, str(where)], check=True)
+    try:
+        assert ("mount", str(where)) in leftovers("c1ea9")
+        done = cleanup_command("--run", "c1ea9")
+        assert (done.returncode, done.stdout) == (0, f"removed mount {where}\n")
+        with open("/proc/self/mounts") as mounts:
+            assert str(where) not in mounts.read()
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
