@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from bookiesim.chaos.nemesis import FAMILIES, parse_families, plan_schedule
 from bookiesim.chaos.workloads import WriterSpec, parse_writers
+from bookiesim.cli import chaos_command
+from bookiesim.cli.main import main
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -97,3 +99,13 @@ def test_replay_of_something_that_is_not_a_history_exits_2(tmp_path: Path) -> No
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith("chaos replay: ")
+
+
+def test_a_run_without_the_privilege_says_so_in_one_line_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(chaos_command, "missing_privilege", lambda: "not root (reason)")
+    monkeypatch.setattr(chaos_command.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    assert main(["chaos", "run", "--duration", "10", "--out", str(tmp_path / "r")]) == 3
+    assert capsys.readouterr().err == "chaos run: not root (reason)\n"
+    assert not (tmp_path / "r").exists()  # nothing started, nothing written
