@@ -105,7 +105,7 @@ def test_a_run_without_the_privilege_says_so_in_one_line_exit_3(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(chaos_command, "missing_privilege", lambda: "not root (reason)")
-    monkeypatch.setattr(chaos_command.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/sbin/{name}")
     assert main(["chaos", "run", "--duration", "10", "--out", str(tmp_path / "r")]) == 3
     assert capsys.readouterr().err == "chaos run: not root (reason)\n"
     assert not (tmp_path / "r").exists()  # nothing started, nothing written
