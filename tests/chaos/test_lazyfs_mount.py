@@ -122,11 +122,11 @@ async def test_the_mount_goes_away_on_an_error_and_after_a_killed_file_system(
     assert not is_mounted(mnt)
 
 
-async def test_a_mount_refused_is_one_line(tmp_path: Path) -> None:
-    need_fuse()
+async def test_a_mount_refused_is_one_line(dirs: tuple[Path, Path]) -> None:
+    backing, mnt = dirs
 
     async def mount_nowhere() -> None:
-        async with lazy_mount(tmp_path, tmp_path / "absent"):
+        async with lazy_mount(backing, mnt / "absent"):
             pass
 
     with pytest.raises(RuntimeError, match=r"did not start: lazyfs: the mount point .* is not"):
