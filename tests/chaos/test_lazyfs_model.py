@@ -52,8 +52,8 @@ def _reader(disk: bytes) -> Callable[[int, int], bytes]:
 class Reference:
     durable: dict[str, bytes] = field(default_factory=lambda: dict.fromkeys(FILES, b""))
     current: dict[str, bytes] = field(default_factory=lambda: dict.fromkeys(FILES, b""))
-    last_write: tuple[str, int, bytes] | None = None
-    """The latest write not yet synced, across all files."""
+    unsynced: list[tuple[str, int, bytes]] = field(default_factory=list)
+    """The writes not yet synced, oldest first, across all files."""
 
 
 class LazyMachine(RuleBasedStateMachine):
@@ -75,7 +75,7 @@ class LazyMachine(RuleBasedStateMachine):
         self.model.write(name, offset, data, lambda: self._durable_size(name))
         self.ref.current[name] = _put(self.ref.current[name], offset, data)
         if data:
-            self.ref.last_write = (name, offset, data)
+            self.ref.unsynced.append((name, offset, data))
 
     @rule(name=st.sampled_from(FILES), size=st.integers(0, 80))
     def truncate(self, name: str, size: int) -> None:
@@ -88,17 +88,20 @@ class LazyMachine(RuleBasedStateMachine):
         if plan is not None:
             self.disk[name] = _apply(self.disk[name], plan)
         self.ref.durable[name] = self.ref.current[name]
-        if self.ref.last_write is not None and self.ref.last_write[0] == name:
-            self.ref.last_write = None
+        self.ref.unsynced = [w for w in self.ref.unsynced if w[0] != name]
 
-    @rule(tear=st.none() | st.integers(0, 30) | st.floats(0.0, 1.0))
-    def crash(self, tear: int | float | None) -> None:
-        report = self.model.crash(tear)
+    @rule(
+        tear=st.none() | st.integers(0, 30) | st.floats(0.0, 1.0),
+        only=st.none() | st.sampled_from(FILES),
+    )
+    def crash(self, tear: int | float | None, only: str | None) -> None:
+        report = self.model.crash(tear, None if only is None else lambda name: name == only)
         if report.torn is not None:
             self.disk[report.torn.key] = _put(
                 self.disk[report.torn.key], report.torn.offset, report.torn.data
             )
-        last = self.ref.last_write
+        chosen = [w for w in self.ref.unsynced if only is None or w[0] == only]
+        last = chosen[-1] if chosen else None
         if tear is not None and last is not None:
             name, offset, data = last
             kept = data[: tear_length(tear, len(data))]
@@ -112,7 +115,7 @@ class LazyMachine(RuleBasedStateMachine):
         else:
             assert report.torn is None
         self.ref.current = dict(self.ref.durable)
-        self.ref.last_write = None
+        self.ref.unsynced = []
         assert self.model.files() == []
 
     @invariant()
@@ -161,6 +164,17 @@ def test_the_last_write_torn_is_the_latest_across_files_not_the_latest_file() ->
     assert report.torn is not None
     assert (report.torn.key, report.torn.offset, report.torn.data) == ("a", 5, b"thi")
     assert report.files == 2
+
+
+def test_a_tear_among_some_files_tears_their_last_write() -> None:
+    model: LazyState[str] = LazyState()
+    model.write("journal", 0, b"record", lambda: 0)
+    model.write("entrylog", 0, b"later", lambda: 0)
+    report = model.crash(3, among=lambda name: name == "journal")
+    assert report.torn is not None
+    assert (report.torn.key, report.torn.data) == ("journal", b"rec")
+    model.write("entrylog", 0, b"only", lambda: 0)
+    assert model.crash(3, among=lambda name: name == "journal").torn is None
 
 
 def test_a_synced_file_has_no_write_left_to_tear() -> None:

@@ -6,6 +6,7 @@ the block that made it.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from typing import TYPE_CHECKING
@@ -54,7 +55,7 @@ async def test_a_crash_leaves_exactly_what_was_synced(dirs: tuple[Path, Path]) -
         assert (mnt / "journal").read_bytes() == b"acked-1 acked-2 unacked-3"
         assert (mnt / "old").read_bytes() == b"durable"
         assert (backing / "journal").read_bytes() == b"acked-1 acked-2 "
-        assert await fs.pending_files() == 3
+        assert (await fs.status())["files"] == 3
 
         report = await fs.crash()
 
@@ -66,7 +67,7 @@ async def test_a_crash_leaves_exactly_what_was_synced(dirs: tuple[Path, Path]) -
             assert (root / "entrylog").read_bytes() == b""
             assert (root / "old").read_bytes() == b"durable before the mount"
             assert (root / "sub" / "synced").read_bytes() == b"x" * 10_000
-        assert await fs.pending_files() == 0
+        assert await fs.status() == {"files": 0, "held": 0}
     assert not is_mounted(mnt)
 
 
@@ -93,6 +94,13 @@ async def test_a_torn_crash_keeps_a_prefix_of_the_last_write_over_the_zeros(
         _write(mnt / "1.txn", b"ABCDEFGH", offset=100, sync=False)
         assert (await fs.crash(tear=0.5)).endswith("@100:4/8")
         assert (mnt / "1.txn").read_bytes()[96:110] == bytes(4) + b"ABCD" + bytes(6)
+
+        # only= tears the last write of the chosen files, not the last write of all.
+        _write(mnt / "1.txn", b"JOURNAL!", offset=200, sync=False)
+        _write(mnt / "other", b"written after", sync=False)
+        assert (await fs.crash(tear=3, only="1.txn")).endswith("@200:3/8")
+        assert (backing / "1.txn").read_bytes()[200:208] == b"JOU" + bytes(5)
+        assert (backing / "other").read_bytes() == b""
 
 
 async def test_the_mount_goes_away_on_an_error_and_after_a_killed_file_system(
@@ -131,3 +139,44 @@ async def test_a_mount_refused_is_one_line(dirs: tuple[Path, Path]) -> None:
 
     with pytest.raises(RuntimeError, match=r"did not start: lazyfs: the mount point .* is not"):
         await mount_nowhere()
+
+
+async def test_a_held_fsync_never_completes_and_its_write_is_lost(
+    dirs: tuple[Path, Path],
+) -> None:
+    backing, mnt = dirs
+    async with lazy_mount(backing, mnt) as fs:
+        _write(mnt / "journal.txn", b"acked ", sync=True)
+        await fs.hold_fsyncs("journal")
+
+        def writer() -> str:
+            fd = os.open(mnt / "journal.txn", os.O_RDWR)
+            try:
+                os.pwrite(fd, b"never-acked", 6)
+                os.fsync(fd)  # the power fails during this one
+            except OSError as exc:
+                return os.strerror(exc.errno or 0)
+            finally:
+                os.close(fd)
+            return "fsync returned"
+
+        async with trio.open_nursery() as nursery:
+            result: list[str] = []
+
+            async def run_writer() -> None:
+                result.append(await trio.to_thread.run_sync(writer))
+
+            nursery.start_soon(run_writer)
+            with trio.fail_after(10):
+                await fs.wait_held()
+            # Other files sync as usual while the journal's fsync hangs.
+            _write(mnt / "other", b"synced", sync=True)
+            assert (await fs.status())["held"] == 1
+            report = await fs.crash(tear=5, only="journal")
+        assert result == [os.strerror(errno.EIO)]
+        assert report.endswith("@6:5/11")
+        assert (backing / "journal.txn").read_bytes() == b"acked never"
+        assert (backing / "other").read_bytes() == b"synced"
+        # The crash ends the hold: fsyncs work again.
+        _write(mnt / "journal.txn", b"!", offset=11, sync=True)
+        assert (backing / "journal.txn").read_bytes() == b"acked never!"

@@ -19,7 +19,7 @@ import sys
 import pyfuse3
 import trio
 
-from bookiesim.chaos.lazyfs.control import Crash, format_crash, parse_command
+from bookiesim.chaos.lazyfs.control import Crash, Hold, format_crash, parse_command
 from bookiesim.chaos.lazyfs.driver import LazyOperations
 
 
@@ -38,9 +38,12 @@ async def _answer(ops: LazyOperations, stream: trio.abc.Stream) -> None:
             reply = f"error {exc}"
         else:
             if isinstance(command, Crash):
-                reply = format_crash(ops.crash(command.tear))
+                reply = format_crash(ops.crash(command.tear, command.only))
+            elif isinstance(command, Hold):
+                ops.hold = command.only
+                reply = "ok"
             else:
-                reply = f"ok files={len(ops.state.files())}"
+                reply = f"ok files={len(ops.state.files())} held={ops.held}"
         await stream.send_all(reply.encode() + b"\n")
 
 

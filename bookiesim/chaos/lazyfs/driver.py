@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 import pyfuse3
+import trio
 
 from bookiesim.chaos.lazyfs.model import CrashReport, LazyState, SyncPlan
 
@@ -63,8 +64,9 @@ def _errors(fn: Callable[[], T]) -> T:
 
 
 class LazyOperations(pyfuse3.Operations):
-    """The request handlers. They never await: each runs whole in the trio thread, so the
-    model needs no lock, and a crash request lands between two file operations."""
+    """The request handlers. They never await (but a held fsync, before it touches
+    anything): each runs whole in the trio thread, so the model needs no lock, and a crash
+    request lands between two file operations."""
 
     def __init__(self, backing: str) -> None:
         super().__init__()
@@ -74,6 +76,11 @@ class LazyOperations(pyfuse3.Operations):
         self._inodes: dict[int, _Inode] = {pyfuse3.ROOT_INODE: _Inode({self.backing}, 1)}
         self._handles: dict[int, _Handle] = {}
         self._next_fh = 1
+        self.hold: str | None = None
+        """Fsyncs of files whose path contains this wait for the crash, then fail."""
+        self.held = 0
+        """Fsyncs waiting now."""
+        self._release = trio.Event()
 
     # ---- inodes and paths -------------------------------------------------------------
 
@@ -134,10 +141,18 @@ class LazyOperations(pyfuse3.Operations):
             while view:
                 view = view[os.pwrite(fd, view, offset + len(data) - len(view)) :]
 
-    def crash(self, tear: int | float | None) -> CrashReport[int]:
-        """Forget every unsynced write; with ``tear``, put a prefix of the last one on the
-        backing file (its rest keeps what the disk held)."""
-        report = self.state.crash(tear)
+    def _matches(self, inode: int, only: str | None) -> bool:
+        found = self._inodes.get(inode)
+        return only is None or (found is not None and any(only in p for p in found.paths))
+
+    def crash(self, tear: int | float | None, only: str | None = None) -> CrashReport[int]:
+        """Forget every unsynced write; with ``tear``, put a prefix of the last one (of the
+        files whose backing path contains ``only``) on the backing file (its rest keeps what
+        the disk held). Held fsyncs then fail with EIO: the power went before they ended."""
+        report = self.state.crash(tear, lambda inode: self._matches(inode, only))
+        self.hold = None
+        self._release.set()
+        self._release = trio.Event()
         torn = report.torn
         if torn is not None and torn.data:
             fd = self._fd_of(torn.key)
@@ -335,6 +350,15 @@ class LazyOperations(pyfuse3.Operations):
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self._handles[fh]
+        if self.hold is not None and self._matches(h.inode, self.hold):
+            # The power fails during this fsync: it never returns to the writer, whose
+            # data stays unsynced for the crash to drop (or tear).
+            self.held += 1
+            try:
+                await self._release.wait()
+            finally:
+                self.held -= 1
+            raise pyfuse3.FUSEError(errno.EIO)
         plan = self.state.sync(h.inode)
         if plan is not None:
             _errors(lambda: self._apply(h.fd, plan))

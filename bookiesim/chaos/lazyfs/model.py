@@ -198,13 +198,20 @@ class LazyState(Generic[K]):
         """The file is gone (unlinked, last handle closed): its unsynced state with it."""
         self._files.pop(key, None)
 
-    def crash(self, tear: int | float | None = None) -> CrashReport[K]:
+    def crash(
+        self, tear: int | float | None = None, among: Callable[[K], bool] | None = None
+    ) -> CrashReport[K]:
         """Forget every unsynced write and truncate. With ``tear``, the last unsynced write
-        (across all files) reaches the disk in part, see :func:`tear_length`."""
+        (across all files, or across the files ``among`` accepts: a journal's, say) reaches
+        the disk in part, see :func:`tear_length`."""
         torn: TornWrite[K] | None = None
         if tear is not None:
             last = max(
-                ((o.last_write, k) for k, o in self._files.items() if o.last_write is not None),
+                (
+                    (o.last_write, k)
+                    for k, o in self._files.items()
+                    if o.last_write is not None and (among is None or among(k))
+                ),
                 key=lambda pair: pair[0][0],
                 default=None,
             )

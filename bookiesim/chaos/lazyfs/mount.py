@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.chaos.lazyfs.control import tear_argument
+from bookiesim.chaos.lazyfs.control import crash_line
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -88,16 +88,31 @@ class LazyMount:
             raise RuntimeError(f"lazy file system at {self.mountpoint}: {text or 'no answer'}")
         return text
 
-    async def crash(self, tear: int | float | None = None) -> str:
+    async def crash(self, tear: int | float | None = None, only: str | None = None) -> str:
         """Forget every unsynced write (with ``tear``: keep that many bytes, or that
-        fraction, of the last one). Returns the file system's report line once the mount
-        shows the durable state."""
-        return await self._ask(tear_argument(tear))
+        fraction, of the last one; with ``only``, the last one of the files whose path
+        contains it, e.g. ``"/journal/"``). Returns the file system's report line once the
+        mount shows the durable state."""
+        return await self._ask(crash_line(tear, only))
 
-    async def pending_files(self) -> int:
-        """Files with unsynced writes or truncates now."""
+    async def status(self) -> dict[str, int]:
+        """``files``: files with unsynced writes or truncates now; ``held``: fsyncs held."""
         reply = await self._ask("status")
-        return int(reply.split("files=")[1].split()[0])
+        return {k: int(v) for k, _, v in (w.partition("=") for w in reply.split()[1:])}
+
+    async def hold_fsyncs(self, only: str) -> None:
+        """From now on, fsyncs of the files whose path contains ``only`` wait for the crash
+        and then fail: a power loss that lands while such an fsync is under way."""
+        if not only or any(c.isspace() for c in only):
+            raise ValueError(f"hold_fsyncs({only!r}): non-empty text without spaces")
+        await self._ask(f"hold only={only}")
+
+    async def wait_held(self) -> None:
+        """Return once at least one fsync is held (bound it with a trio timeout)."""
+        while True:
+            if (await self.status())["held"]:
+                return
+            await trio.sleep(0.01)  # the file system is another process: polled
 
 
 def _paths(
