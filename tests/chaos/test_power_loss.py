@@ -1,7 +1,11 @@
 """Power loss in miniature: a real bookie process with its journal and ledger directories on
 the lazy file system, adds acknowledged under load, then SIGKILL and a crash of the file
 system (every unsynced write forgotten, the last one torn in some cycles), a restart on the
-durable state only: every acknowledged add must read back byte-identical.
+durable state only: every acknowledged add must read back byte-identical, and no entry the
+bookie serves may fail its digest.
+
+Two defects this found are known and not fixed on this branch (docs/chaos.md, "What it
+found"); a run that meets one of them is an xfail naming it, any other failure fails.
 
 The writers and the read-back are the kill -9 test's (tests/bookie/test_durability.py); the
 difference is the disk, which here forgets what the bookie did not fsync.
