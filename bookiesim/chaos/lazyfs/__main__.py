@@ -16,11 +16,17 @@ import os
 import signal
 import sys
 
-import pyfuse3
 import trio
 
 from bookiesim.chaos.lazyfs.control import Crash, Hold, format_crash, parse_command
-from bookiesim.chaos.lazyfs.driver import LazyOperations
+from bookiesim.chaos.lazyfs.mount import cleanup, missing
+
+try:
+    import pyfuse3
+
+    from bookiesim.chaos.lazyfs.driver import LazyOperations
+except ImportError:  # reported by main() in one line
+    pass
 
 
 async def _answer(ops: LazyOperations, stream: trio.abc.Stream) -> None:
@@ -77,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("backing")
     parser.add_argument("--control", help="the control socket (default MOUNTPOINT.control)")
     args = parser.parse_args(argv)
+    lacking = missing()
+    if lacking is not None:
+        print(f"lazyfs: cannot mount: {lacking}", file=sys.stderr)
+        return 2
     mountpoint = os.path.abspath(args.mountpoint)
     control = args.control or mountpoint.rstrip("/") + ".control"
     for what, path in (("mount point", mountpoint), ("backing directory", args.backing)):
@@ -99,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             os.unlink(control)
         ops.sync_all()
         pyfuse3.close(unmount=True)
+        cleanup(mountpoint)  # in case the kernel kept it (a busy mount is detached lazily)
     return 0
 
 
