@@ -180,3 +180,22 @@ async def test_a_held_fsync_never_completes_and_its_write_is_lost(
         # The crash ends the hold: fsyncs work again.
         _write(mnt / "journal.txn", b"!", offset=11, sync=True)
         assert (backing / "journal.txn").read_bytes() == b"acked never!"
+
+
+async def test_directory_operations_are_durable_at_once_and_data_follows_its_file(
+    dirs: tuple[Path, Path],
+) -> None:
+    backing, mnt = dirs
+    async with lazy_mount(backing, mnt) as fs:
+        _write(mnt / "a.tmp", b"renamed, then synced", sync=False)
+        os.rename(mnt / "a.tmp", mnt / "a")
+        _write(mnt / "a", b"R", sync=True)  # a sync under the new name takes it all
+        _write(mnt / "gone", b"unsynced, then unlinked", sync=False)
+        os.unlink(mnt / "gone")
+        _write(mnt / "b.tmp", b"renamed, never synced", sync=False)
+        os.rename(mnt / "b.tmp", mnt / "b")
+        await fs.crash(tear=0.5)
+        assert sorted(p.name for p in backing.iterdir()) == ["a", "b"]
+        assert (backing / "a").read_bytes() == b"Renamed, then synced"
+        # The rename survived, the data did not but for the torn half of the last write.
+        assert (mnt / "b").read_bytes() == b"renamed, n"

@@ -43,13 +43,17 @@ async def _answer(ops: LazyOperations, stream: trio.abc.Stream) -> None:
         except ValueError as exc:
             reply = f"error {exc}"
         else:
-            if isinstance(command, Crash):
-                reply = format_crash(ops.crash(command.tear, command.only))
-            elif isinstance(command, Hold):
-                ops.hold = command.only
-                reply = "ok"
-            else:
-                reply = f"ok files={len(ops.state.files())} held={ops.held}"
+            try:
+                if isinstance(command, Crash):
+                    reply = format_crash(ops.crash(command.tear, command.only))
+                elif isinstance(command, Hold):
+                    ops.hold = command.only
+                    reply = "ok"
+                else:
+                    reply = f"ok files={len(ops.state.files())} held={ops.held}"
+            except (OSError, pyfuse3.FUSEError) as exc:
+                # The tear could not be written (its file is gone): say so, keep serving.
+                reply = f"error {type(exc).__name__}: {exc}"
         await stream.send_all(reply.encode() + b"\n")
 
 

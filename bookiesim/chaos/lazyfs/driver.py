@@ -193,7 +193,10 @@ class LazyOperations(pyfuse3.Operations):
             if found is None or inode == pyfuse3.ROOT_INODE:
                 continue
             found.lookups -= count
-            if found.lookups <= 0 and self._fd_of(inode) is None:
+            # An inode with unsynced data keeps its paths: a crash may tear it, an orderly
+            # stop syncs it, both through its path.
+            idle = self._fd_of(inode) is None and self.state.pending(inode) is None
+            if found.lookups <= 0 and idle:
                 del self._inodes[inode]
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
