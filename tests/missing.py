@@ -20,18 +20,21 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 from bookiesim.bench.upstream import installation
+from bookiesim.chaos.lazyfs.mount import missing as lazyfs_missing
 from bookiesim.metadata.testing import ZooKeeperInstall, find_zookeeper
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
+    "FUSE",
     "JAVA",
     "NFTABLES",
     "PROMETHEUS",
     "UPSTREAM",
     "ZOOKEEPER",
     "Missing",
+    "need_fuse",
     "need_java",
     "need_privilege",
     "need_tool",
@@ -70,7 +73,13 @@ UPSTREAM = Missing(
     "set BOOKKEEPER_HOME to an installation: lib/*.jar, Java 17 on PATH",
     skips_in_ci=True,
 )
-KNOWN = (ZOOKEEPER, JAVA, PROMETHEUS, NFTABLES, UPSTREAM)
+FUSE = Missing(
+    "FUSE",
+    "apt-get install fuse3 libfuse3-dev pkg-config, then rebuild .venv (pyfuse3); root",
+)
+"""The lazy file system (bookiesim.chaos.lazyfs): pyfuse3, which the Makefile installs only
+where libfuse3's pkg-config file is, fusermount3 and /dev/fuse."""
+KNOWN = (ZOOKEEPER, JAVA, PROMETHEUS, NFTABLES, FUSE, UPSTREAM)
 
 
 def _in_ci() -> bool:
@@ -92,6 +101,15 @@ def need_java() -> str:
     if not java:
         skip_missing(JAVA, "no java on PATH")
     return java
+
+
+def need_fuse() -> None:
+    """Return when a lazy file system can be mounted here, else skip naming what is missing."""
+    why = lazyfs_missing()
+    if why is None and os.geteuid() != 0:
+        why = "not root (mounting with allow_other needs it)"
+    if why is not None:
+        skip_missing(FUSE, why)
 
 
 def need_tool(binary: str, missing: Missing) -> str:
