@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
+from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
 from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
 from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
@@ -45,6 +46,8 @@ from bookiesim.cluster.processes import (
     spawn_bookie,
     wait_ready,
 )
+from bookiesim.metadata.errors import StoreUnavailableError
+from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.testing import running_zookeeper
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
@@ -146,6 +149,8 @@ class Bookies:
     """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
     procs: dict[str, LocalBookie] = field(default_factory=dict)
     mounts: list[Path] = field(default_factory=list)
+    lazy: dict[str, LazyMount] = field(default_factory=dict)
+    """Each bookie's lazy disk (the ``power`` family): its journal and ledgers are there."""
 
     @property
     def ids(self) -> dict[str, str]:
@@ -162,7 +167,14 @@ class Bookies:
             "autoRecoveryDaemonEnabled=true",
             *(DISK_SETTINGS if self.small_disks else ()),
             *self.extra,
+            *self._lazy_dirs(node),
         )
+
+    def _lazy_dirs(self, node: str) -> list[str]:
+        if node not in self.lazy:
+            return []
+        mnt = self.lazy[node].mountpoint
+        return [f"journalDirectory={mnt}/journal", f"ledgerDirectories={mnt}/ledgers"]
 
     def mount_disks(self, nodes: list[str]) -> None:
         for node in nodes:
@@ -202,7 +214,7 @@ class Bookies:
                 self.root / node,
                 self._settings(node),
                 program=program,
-                new_root=not (again or self.small_disks),
+                new_root=not (again or self.small_disks or bool(self.lazy)),
             )
             self.procs[node] = bookie
             started.append(bookie)
@@ -273,6 +285,13 @@ class Run:
             await trio.to_thread.run_sync(self.bookies.kill9, node)
         elif fault.family == "disk":
             await trio.to_thread.run_sync(self.bookies.fill, node)
+        elif fault.family == "power":
+            # Kill first, then crash the disk, then wait: a bookie killed inside an fsync of
+            # the lazy disk cannot exit until the file system answers it (the crash does).
+            self.bookies.signal(node, signal.SIGKILL)
+            report = await self.bookies.lazy[node].crash(tear=fault.params.get("tear"))
+            await trio.to_thread.run_sync(self.bookies.kill9, node)
+            self.say(f"power loss on {node}: {report}")
         return None
 
     async def _heal(self, fault: PlannedFault, record: FaultRecord | None) -> dict[str, Any]:
@@ -284,7 +303,7 @@ class Run:
             self.bookies.signal(node, signal.SIGCONT)
         elif fault.family == "disk":
             self.bookies.free(node)
-        elif fault.family == "crash":
+        elif fault.family in ("crash", "power"):
             try:
                 await trio.to_thread.run_sync(lambda: self.bookies.start([node], again=True))
             except ClusterError as exc:
@@ -345,7 +364,39 @@ class Run:
             break
 
     async def main(self, schedule: list[PlannedFault]) -> None:
+        """The bookies (on their lazy disks, with the ``power`` family), the workloads and the
+        nemesis, the final phase; the bookies stop before their disks go."""
+        nodes = [n for n in self.live.net.names if n not in (CLIENT, ZOOKEEPER)]
+        async with contextlib.AsyncExitStack() as stack:
+            if "power" in self.options.families:
+                for node in nodes:
+                    backing, mnt = (
+                        self.bookies.root / node / "disk",
+                        self.bookies.root / node / "lazy",
+                    )
+                    backing.mkdir(parents=True, exist_ok=True)
+                    mnt.mkdir(parents=True, exist_ok=True)
+                    self.bookies.lazy[node] = await stack.enter_async_context(
+                        lazy_mount(backing, mnt)
+                    )
+            try:
+                await trio.to_thread.run_sync(self.bookies.start, nodes)
+                await self._workloads(schedule)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.bookies.stop_all)
+
+    async def _workloads(self, schedule: list[PlannedFault]) -> None:
         opts = self.options
+        # A ZooKeeper server on a loaded machine may take a while to take its first session.
+        for attempt in range(6):
+            try:
+                async with open_store(self.bookies.uri):
+                    break
+            except StoreUnavailableError:
+                if attempt == 5:
+                    raise
+                await trio.sleep(2)
         config = ClientConfig(request_timeout=5.0, connect_timeout=3.0, seed=opts.seed)
         v2 = ClientConfig(
             request_timeout=5.0, connect_timeout=3.0, seed=opts.seed, use_v2_wire_protocol=True
@@ -473,7 +524,6 @@ def _run(
                     nodes.uri = server.uri("/ledgers")
                 if nodes.small_disks:
                     nodes.mount_disks(bookies)
-                nodes.start(bookies)
                 try:
                     trio.run(run.main, schedule)
                 finally:

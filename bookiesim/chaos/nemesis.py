@@ -15,6 +15,8 @@ least once.
 * ``crash``: SIGKILL, then the same bookie started again on its directories;
 * ``disk``: a filler file takes the bookie's ledger disk (a tmpfs) past
   ``diskUsageThreshold``; the bookie turns read-only, and writable again once it is removed;
+* ``power``: ``power-loss``, SIGKILL and the bookie's lazy disk forgets what was not synced
+  (the last write torn in some), then the bookie starts again; not in ``all``;
 * ``zk``: ``session-expiry``, a bookie and the ZooKeeper server cut off from each other for
   longer than the session lasts (``ZK_FAULT_SECONDS``); needs ZooKeeper as the metadata store.
 """
@@ -33,8 +35,15 @@ FAMILIES: dict[str, str] = {
     "crash": "SIGKILL a bookie, then start it again on its directories",
     "disk": "fill a bookie's ledger disk (a small tmpfs) until it turns read-only, then free it",
     "zk": "cut a bookie off from the ZooKeeper server long enough for its session to expire",
+    "power": "SIGKILL a bookie and make its disk (a lazy file system) forget every unsynced "
+    "write, tearing the last one in some; then start it again",
 }
 """The fault families a schedule draws from, by name."""
+NOT_IN_ALL = ("power",)
+"""Families ``all`` leaves out: power loss meets two defects whose fixes are on other
+branches (docs/chaos.md, 'What it found'), so it is asked for by name."""
+TEARS = (None, None, 12, 20, 100)
+"""A power loss keeps this many bytes of the last unsynced write (None: none of it)."""
 
 FAULT_SECONDS = (3.0, 8.0)
 """A fault lasts between these (uniform)."""
@@ -71,7 +80,7 @@ def parse_families(text: str) -> list[str]:
     (the workloads alone). ``ValueError`` (one line) for an unknown name or none given."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return list(FAMILIES)
+        return [f for f in FAMILIES if f not in NOT_IN_ALL]
     if names == ["none"]:
         return []
     unknown = [n for n in names if n not in FAMILIES]
@@ -120,6 +129,10 @@ def plan_schedule(
             kind, targets, params = _net_fault(rng, bookies)
         elif family == "zk":
             kind, targets = "session-expiry", (rng.choice(bookies),)
+        elif family == "power":
+            kind, targets = "power-loss", (rng.choice(bookies),)
+            tear = rng.choice(TEARS)
+            params = {} if tear is None else {"tear": tear}
         else:
             kind, targets = family, (rng.choice(bookies),)
         faults.append(PlannedFault(round(t, 3), length, family, kind, targets, params))

@@ -24,13 +24,16 @@ from pathlib import Path
 
 from bookiesim.chaos.harness import BUGS, HISTORY_NAME, RunOptions, run_schedule
 from bookiesim.chaos.history import HistoryError, read_history
+from bookiesim.chaos.lazyfs.mount import missing as lazyfs_missing
 from bookiesim.chaos.nemesis import FAMILIES, parse_families
 from bookiesim.chaos.netns import NetworkError, cleanup, leftovers, missing_privilege
 from bookiesim.chaos.network import PREFIX
 from bookiesim.chaos.report import campaign_markdown, campaign_rows, load_summaries, render_campaign
 from bookiesim.chaos.workloads import parse_writers
+from bookiesim.client.errors import BKError
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.console import make_console
+from bookiesim.metadata.errors import MetadataError
 
 __all__ = ["register"]
 
@@ -138,6 +141,11 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
     if max(w.ensemble for w in writers) > args.bookies:
         raise ValueError(f"a writer's ensemble is larger than --bookies {args.bookies}")
     families = parse_families(args.families)
+    if {"disk", "power"} <= set(families):
+        raise ValueError(
+            "the disk and power families cannot run together (a bookie's ledger disk is "
+            "either a small tmpfs or a lazy file system)"
+        )
     if args.metadata != "zk" and "zk" in families:
         if args.families.strip() != "all":
             raise ValueError("the zk family needs --metadata zk")
@@ -155,9 +163,13 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
     )
 
 
-def _cannot_run() -> str | None:
+def _cannot_run(options: RunOptions) -> str | None:
     if shutil.which("nft") is None:
         return "nft not found: apt-get install nftables"
+    if "power" in options.families:
+        lazy = lazyfs_missing()
+        if lazy is not None:
+            return f"the power family needs a lazy file system: {lazy}"
     return missing_privilege()
 
 
@@ -168,7 +180,7 @@ def _one_run(options: RunOptions) -> int:
     except FileExistsError as exc:
         print(f"chaos run: {exc}", file=sys.stderr)
         return 2
-    except (ClusterError, NetworkError, OSError, RuntimeError) as exc:
+    except (ClusterError, NetworkError, OSError, RuntimeError, MetadataError, BKError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"chaos run: {first}", file=sys.stderr)
         return 3
@@ -180,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"chaos run: {exc}", file=sys.stderr)
         return 2
-    missing = _cannot_run()
+    missing = _cannot_run(options)
     if missing is not None:
         print(f"chaos run: {missing}", file=sys.stderr)
         return 3
@@ -225,7 +237,7 @@ def _replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
         return 2
-    missing = _cannot_run()
+    missing = _cannot_run(options)
     if missing is not None:
         print(f"chaos replay: {missing}", file=sys.stderr)
         return 3
@@ -242,7 +254,7 @@ def _campaign(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"chaos campaign: {exc}", file=sys.stderr)
         return 2
-    missing = _cannot_run()
+    missing = _cannot_run(first)
     if missing is not None:
         print(f"chaos campaign: {missing}", file=sys.stderr)
         return 3
