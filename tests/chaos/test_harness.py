@@ -1,6 +1,7 @@
 """``bookiesim chaos run`` end to end, as root: four bookiesim bookies in their nodes, the
 workloads and a schedule with every fault family, then the checker. A clean run has no
-violation, on SQLite and with a ZooKeeper server in a node of its own (a session expiry); a
+violation, on SQLite and with a ZooKeeper server in a node of its own (a session expiry, a
+power loss on a lazy disk); a
 run whose bookies carry a bug switch (``add-ignores-fence``) is caught, and its replay, from
 the history's header alone, is caught again."""
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from bookiesim.chaos.history import read_history
 from bookiesim.chaos.nemesis import FAMILIES, plan_schedule
 from tests.chaos.test_netns import need_network
-from tests.missing import need_zookeeper
+from tests.missing import need_fuse, need_zookeeper
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,7 +39,7 @@ def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path:
     need_network()
     families = ["net", "pause", "crash", "disk"]
     planned = {f.family for f in plan_schedule(SEED, 30, families, ["b1", "b2", "b3", "b4"])}
-    assert planned == set(families) == set(FAMILIES) - {"zk"}
+    assert planned == set(families) == set(FAMILIES) - {"zk", "power"}  # those two: below
     out = tmp_path / "run"
     args = ["--seed", str(SEED), "--duration", "30", "--families", ",".join(families)]
     done = _chaos("run", *args, "--out", str(out))
@@ -67,19 +68,29 @@ def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path:
     assert "bookie is read-only: every ledger directory is full" in logs
 
 
-def test_a_bookie_whose_zookeeper_session_expires_registers_again(tmp_path: Path) -> None:
+def test_a_session_expiry_on_zookeeper_and_a_torn_power_loss_have_no_violation(
+    tmp_path: Path,
+) -> None:
     need_network()
     need_zookeeper()
+    need_fuse()
+    # Seed 2's 22 s: a power loss tearing 12 bytes of the last unsynced write, then a session
+    # expiry.
+    kinds = [f.kind for f in plan_schedule(2, 22, ["zk", "power"], ["b1", "b2", "b3", "b4"])]
+    assert kinds == ["power-loss", "session-expiry"]
     out = tmp_path / "zk"
-    args = ["--seed", "1", "--duration", "15", "--metadata", "zk", "--families", "zk"]
+    args = ["--seed", "2", "--duration", "22", "--metadata", "zk", "--families", "zk,power"]
     done = _chaos("run", *args, "--out", str(out))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = _summary(out)
-    assert summary["faults"] == {"session-expiry": 1}
+    assert summary["faults"] == {"power-loss": 1, "session-expiry": 1}
     assert summary["violations"] == {}
     assert summary["skipped"] == []
+    assert "dropped=" in done.stdout  # the lazy disk's report of what it forgot
     logs = "".join(p.read_text() for p in out.glob("bookies/*/bookie.log"))
     assert "vanished (session expired?); registering again" in logs
+    with open("/proc/self/mounts") as mounts:
+        assert str(out) not in mounts.read()
 
 
 def test_a_bookie_that_acknowledges_adds_past_a_fence_is_caught_and_replayed(

@@ -55,11 +55,12 @@ def test_a_long_schedule_has_every_kind() -> None:
         "crash",
         "disk",
         "session-expiry",
+        "power-loss",
     }
 
 
 def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
-    assert parse_families("all") == list(FAMILIES)
+    assert parse_families("all") == ["net", "pause", "crash", "disk", "zk"]  # power by name
     assert parse_families("none") == []
     assert parse_families("crash, net,crash") == ["crash", "net"]
     with pytest.raises(ValueError, match="unknown fault families \\['disco'\\]"):
@@ -76,13 +77,18 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     [
         (
             ["--families", "net,disco"],
-            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, all or "
-            "none",
+            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, power, all "
+            "or none",
         ),
         (["--duration", "1"], "--duration must be at least 5 seconds"),
         (["--bookies", "2"], "--bookies must be at least 3 (the writers' ensembles need them)"),
         (["--writers", "5/3/2"], "a writer's ensemble is larger than --bookies 4"),
         (["--families", "zk"], "the zk family needs --metadata zk"),
+        (
+            ["--families", "disk,power"],
+            "the disk and power families cannot run together (a bookie's ledger disk is either "
+            "a small tmpfs or a lazy file system)",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
