@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -245,6 +246,17 @@ def _replay(args: argparse.Namespace) -> int:
     return _one_run(options)
 
 
+def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
+    """The ``bookiesim chaos run`` command of one campaign run."""
+    argv = [sys.executable, "-m", "bookiesim", "chaos", "run", "--seed", str(seed)]
+    argv += ["--duration", str(options.duration), "--bookies", str(options.bookies)]
+    argv += ["--families", ",".join(options.families) or "none", "--out", str(out)]
+    argv += ["--metadata", options.metadata, "--writers", ",".join(options.meta()["writers"])]
+    for bug in options.bugs:
+        argv += ["--bug", bug]
+    return argv + ([] if options.journeys else ["--no-journeys"])
+
+
 def _campaign(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("chaos campaign: --seeds must be at least 1", file=sys.stderr)
@@ -262,8 +274,12 @@ def _campaign(args: argparse.Namespace) -> int:
     summaries = []
     for seed in range(args.seed, args.seed + args.seeds):
         out = args.out / f"seed-{seed}"
-        code = _one_run(RunOptions(**{**vars(first), "seed": seed, "out": out}))
+        # Each run is a process of its own: a run enters its client node's network namespace,
+        # and threads a previous run left (trio's worker cache, ZooKeeper clients') would stay
+        # in that run's namespace, gone by now.
+        code = subprocess.run(_run_argv(first, seed, out), check=False).returncode
         if code not in (0, 1):
+            print(f"chaos campaign: the run of seed {seed} ended with exit code {code}")
             return code
         codes.append(code)
         summaries.append(out / "summary.json")

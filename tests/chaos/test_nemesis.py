@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import subprocess
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -115,3 +117,16 @@ def test_a_run_without_the_privilege_says_so_in_one_line_exit_3(
     assert main(["chaos", "run", "--duration", "10", "--out", str(tmp_path / "r")]) == 3
     assert capsys.readouterr().err == "chaos run: not root (reason)\n"
     assert not (tmp_path / "r").exists()  # nothing started, nothing written
+
+
+def test_a_campaign_run_is_the_run_command_of_the_same_options(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    chaos_command.register(parser.add_subparsers())
+    argv = ["chaos", "campaign", "--seed", "4", "--duration", "20", "--families", "net,zk"]
+    argv += ["--metadata", "zk", "--writers", "3/2/2v2", "--bug", "add-ignores-fence"]
+    campaign = parser.parse_args([*argv, "--no-journeys", "--out", str(tmp_path)])
+    options = chaos_command._options(campaign, tmp_path / "seed-9")
+    run_argv = chaos_command._run_argv(options, 9, tmp_path / "seed-9")
+    assert run_argv[:5] == [sys.executable, "-m", "bookiesim", "chaos", "run"]
+    run = parser.parse_args(run_argv[3:])
+    assert chaos_command._options(run, tmp_path / "seed-9") == replace(options, seed=9)
