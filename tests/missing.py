@@ -20,18 +20,23 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 from bookiesim.bench.upstream import installation
+from bookiesim.chaos.lazyfs.mount import missing as lazyfs_missing
 from bookiesim.metadata.testing import ZooKeeperInstall, find_zookeeper
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
+    "FUSE",
     "JAVA",
+    "NFTABLES",
     "PROMETHEUS",
     "UPSTREAM",
     "ZOOKEEPER",
     "Missing",
+    "need_fuse",
     "need_java",
+    "need_privilege",
     "need_tool",
     "need_zookeeper",
     "skip_missing",
@@ -61,12 +66,20 @@ ZOOKEEPER = Missing("ZooKeeper", "apt-get install zookeeper")
 JAVA = Missing("java", "apt-get install openjdk-17-jre-headless")
 PROMETHEUS = Missing("Prometheus", "apt-get install prometheus")
 """Debian's ``prometheus`` package brings ``promtool`` too."""
+NFTABLES = Missing("nftables", "apt-get install nftables")
+"""``nft``, for the network faults of ``bookiesim.chaos`` (tests/chaos)."""
 UPSTREAM = Missing(
     "upstream BookKeeper 4.17.4",
     "set BOOKKEEPER_HOME to an installation: lib/*.jar, Java 17 on PATH",
     skips_in_ci=True,
 )
-KNOWN = (ZOOKEEPER, JAVA, PROMETHEUS, UPSTREAM)
+FUSE = Missing(
+    "FUSE",
+    "apt-get install fuse3 libfuse3-dev pkg-config, then rebuild .venv (pyfuse3); root",
+)
+"""The lazy file system (bookiesim.chaos.lazyfs): pyfuse3, which the Makefile installs only
+where libfuse3's pkg-config file is, fusermount3 and /dev/fuse."""
+KNOWN = (ZOOKEEPER, JAVA, PROMETHEUS, NFTABLES, FUSE, UPSTREAM)
 
 
 def _in_ci() -> bool:
@@ -90,12 +103,32 @@ def need_java() -> str:
     return java
 
 
+def need_fuse() -> None:
+    """Return when a lazy file system can be mounted here, else skip naming what is missing."""
+    why = lazyfs_missing()
+    if why is None and os.geteuid() != 0:
+        why = "not root (mounting with allow_other needs it)"
+    if why is not None:
+        skip_missing(FUSE, why)
+
+
 def need_tool(binary: str, missing: Missing) -> str:
     """The path of ``binary`` on ``PATH``, or skip for want of ``missing`` (its package)."""
     path = shutil.which(binary)
     if path is None:
         skip_missing(missing, f"no {binary} on PATH")
     return path
+
+
+def need_privilege(missing: str | None) -> None:
+    """Skip the calling test (fail it under ``CI=true``, which runs as root) when
+    ``missing`` names a privilege this process lacks (one line, e.g.
+    :func:`bookiesim.chaos.netns.missing_privilege`'s); nothing when it is None."""
+    if missing is None:
+        return
+    if _in_ci():
+        pytest.fail(f"CI=true and {missing}")
+    pytest.skip(missing)
 
 
 def need_zookeeper() -> ZooKeeperInstall:

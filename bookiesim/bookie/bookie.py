@@ -392,7 +392,7 @@ class Bookie:
         if observers := self._add_observers:
             was_fenced = storage.ledger_exists(ledger_id) and storage.is_fenced(ledger_id)
         handle = self.handles.get_handle(ledger_id, master_key)
-        if handle.fenced and not recovery:
+        if handle.fenced and not recovery and not self.cfg.unsafe_add_ignores_fence:
             raise FencedError(ledger_id)
         try:
             storage.add_entry(header, body)

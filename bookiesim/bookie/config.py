@@ -812,6 +812,15 @@ class BookieConfig:
         "ledgers-map offset and count live) and GC believes a header's ledgers map (count 0, "
         "or no map where it points) instead of scanning the log.",
     )
+    unsafe_add_ignores_fence: bool = _key(
+        _COMPAT,
+        "unsafeAddIgnoresFence",
+        False,
+        bookiesim_only=True,
+        meaning="Testing only: a bug switch for fault campaigns (bookiesim chaos run --bug "
+        "add-ignores-fence) — the bookie stores and acknowledges a writer's add into a ledger "
+        "a recovery has fenced, so the writer goes on past the end the recovery closed at.",
+    )
 
     def __post_init__(self) -> None:
         # Type checks first, so the rules below can trust the values; ints given for float

@@ -16,6 +16,7 @@ from bookiesim.cli import (
     autorecovery_command,
     bench_command,
     bookie_command,
+    chaos_command,
     cluster_command,
     dashboards_command,
     demo,
@@ -41,6 +42,7 @@ COMMANDS = (
     bench_command,
     demo,
     sim_command,
+    chaos_command,
 )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 __all__ = [
     "ZooKeeperInstall",
@@ -116,6 +116,7 @@ def running_zookeeper(
     port: int = 0,
     tick_ms: int = 250,
     startup_timeout: float = 60.0,
+    prefix: Sequence[str] = (),
 ) -> Iterator[ZooKeeperServer]:
     """A standalone ZooKeeper for the duration of the ``with``; stopped (and reaped) after.
 
@@ -123,7 +124,8 @@ def running_zookeeper(
     lets tests use session timeouts from 0.5 s to 5 s. The admin HTTP server is off; the
     ``ruok`` four-letter word is on (it is how readiness is detected); ``forceSync=no``, as
     the data is thrown away. Raises ``RuntimeError`` with the server's output if it does not
-    come up.
+    come up. ``prefix`` goes before the java command (``ip netns exec NS``: a server in a
+    network namespace of its own, whose address is ``host``).
     """
     install = find_zookeeper()
     if isinstance(install, str):
@@ -162,7 +164,7 @@ def running_zookeeper(
     ]
     with open(log_path, "wb") as log_file:
         try:
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([*prefix, *cmd], stdout=log_file, stderr=subprocess.STDOUT)
         except OSError as exc:
             raise RuntimeError(f"cannot start ZooKeeper ({' '.join(cmd)}): {exc}") from exc
     try:

@@ -123,6 +123,8 @@ BOOKIESIM_KEYS: dict[str, object] = {
     # Bug switches of the fault campaign (docs/simulation.md), off unless a campaign asks.
     "unsafeGcBelowLeastUnflushedOnly": False,
     "unsafeEntryLogGarbageHeader": False,
+    # The live one of `bookiesim chaos run --bug` (docs/chaos.md).
+    "unsafeAddIgnoresFence": False,
 }
 
 

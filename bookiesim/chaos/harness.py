@@ -1,0 +1,544 @@
+"""One run of a schedule against real bookiesim bookies (``bookiesim chaos run``).
+
+The run: a network (a node per bookie, ``b1``..``bN``, and ``c1`` for the client workloads;
+the metadata in SQLite, one file every namespace sees), ``bookiesim bookie`` processes in
+their nodes (``bookieAddress`` = the node's address, port 3181, auto-recovery on, as
+``cluster up``), the workloads (:mod:`.workloads`) and the nemesis (:mod:`.nemesis`) for the
+duration, then the heal, the final phase (every writer's ledger recovered and read back, the
+under-replicated count polled until 0, a probe write), and the checker and the reports
+(``report_run``). Everything goes into ``out``: ``history.jsonl``, ``summary.json``,
+``timeline.png``, ``bookies/<node>/`` (each bookie's directories and ``bookie.log``).
+
+The harness process enters the client node's network namespace for the run (``setns`` on
+its main thread, restored at the end), so its client connections come from the client
+node's address and every network fault applies to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import random
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
+from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
+from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
+from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
+from bookiesim.chaos.netns import FaultRecord, LiveNetwork
+from bookiesim.chaos.network import TestNetwork
+from bookiesim.chaos.report import report_run
+from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
+from bookiesim.client.bookkeeper import BookKeeper
+from bookiesim.client.context import ClientConfig
+from bookiesim.cluster.processes import (
+    BOOKIE_PROGRAM,
+    ClusterError,
+    LocalBookie,
+    bookie_settings,
+    spawn_bookie,
+    wait_ready,
+)
+from bookiesim.metadata.errors import StoreUnavailableError
+from bookiesim.metadata.factory import open_store
+from bookiesim.metadata.testing import running_zookeeper
+from bookiesim.metadata.underreplication import UnderReplicationManager
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from bookiesim.chaos.history import FaultHandle
+
+__all__ = ["BOOKIE_PORT", "BUGS", "RunOptions", "run_schedule"]
+
+BUGS: dict[str, tuple[str, str]] = {
+    "add-ignores-fence": (
+        "unsafeAddIgnoresFence=true",
+        "every bookie acknowledges a writer's add into a fenced ledger, so a writer goes on "
+        "past the end a recovery closed the ledger at (the checker's `fencing`)",
+    ),
+}
+"""Bug switches live bookies carry, by name: the bookie setting and what it breaks."""
+
+BOOKIE_PORT = 3181
+CLIENT = "c1"
+ZOOKEEPER = "zk1"
+HISTORY_NAME = "history.jsonl"
+CONVERGENCE = 90.0
+"""Seconds after the heal within which every ledger must be replicated and a probe write
+succeed (the checker's bound, stated in the header)."""
+_CLONE_NEWNET = 0x40000000
+DISK_BYTES = 256 << 20
+"""The size of each bookie's ledger disk (a tmpfs) when the ``disk`` family runs."""
+DISK_SETTINGS = ("diskCheckInterval=500", "diskUsageThreshold=0.90", "diskUsageLwmThreshold=0.80")
+"""Fast disk checks; read-only above 90 % used, writable again below 80 %."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    seed: int
+    duration: float
+    families: list[str]
+    bookies: int
+    out: Path
+    writers: list[WriterSpec]
+    journeys: bool = True
+    bugs: list[str] = field(default_factory=list)
+    metadata: str = "sqlite"
+    """``sqlite`` (a file every node sees) or ``zk`` (a ZooKeeper server in node ``zk1``)."""
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "run": self.out.name,
+            "target": "bookiesim",
+            "seed": self.seed,
+            "duration": self.duration,
+            "families": self.families,
+            "bookies": self.bookies,
+            "writers": [
+                f"{w.ensemble}/{w.write_quorum}/{w.ack_quorum}{'v2' if w.v2 else ''}"
+                for w in self.writers
+            ],
+            "journeys": self.journeys,
+            "bugs": self.bugs,
+            "metadata": self.metadata,
+            "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
+        }
+
+
+def replay_command(history: Path) -> str:
+    return f"bookiesim chaos replay {history}"
+
+
+@contextlib.contextmanager
+def _in_namespace(namespace: str) -> Any:
+    """The calling thread in ``namespace``'s network namespace for the block."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(target, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+        try:
+            yield
+        finally:
+            libc.setns(own, _CLONE_NEWNET)
+    finally:
+        os.close(own)
+        os.close(target)
+
+
+@dataclass
+class Bookies:
+    """The run's bookie processes by node, and how to hurt them."""
+
+    live: LiveNetwork
+    root: Path
+    uri: str
+    extra: list[str] = field(default_factory=list)
+    small_disks: bool = False
+    """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
+    procs: dict[str, LocalBookie] = field(default_factory=dict)
+    mounts: list[Path] = field(default_factory=list)
+    lazy: dict[str, LazyMount] = field(default_factory=dict)
+    """Each bookie's lazy disk (the ``power`` family): its journal and ledgers are there."""
+
+    @property
+    def ids(self) -> dict[str, str]:
+        """Node name by bookie id."""
+        return {f"{self.live.net.address(n)}:{BOOKIE_PORT}": n for n in self.procs}
+
+    def _settings(self, node: str) -> list[str]:
+        address = self.live.net.address(node)
+        return bookie_settings(
+            self.root / node,
+            f"metadataServiceUri={self.uri}",
+            f"bookieAddress={address}",
+            f"bookiePort={BOOKIE_PORT}",
+            "autoRecoveryDaemonEnabled=true",
+            *(DISK_SETTINGS if self.small_disks else ()),
+            *self.extra,
+            *self._lazy_dirs(node),
+        )
+
+    def _lazy_dirs(self, node: str) -> list[str]:
+        if node not in self.lazy:
+            return []
+        mnt = self.lazy[node].mountpoint
+        return [f"journalDirectory={mnt}/journal", f"ledgerDirectories={mnt}/ledgers"]
+
+    def mount_disks(self, nodes: list[str]) -> None:
+        for node in nodes:
+            where = self.root / node / "ledgers"
+            where.mkdir(parents=True)
+            # The source names the run, so that `chaos cleanup` finds what a killed run left.
+            source = f"{self.live.net.hub}-{node}"
+            argv = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", source, str(where)]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise OSError(f"mount -t tmpfs at {where} failed: {done.stderr.strip()}")
+            self.mounts.append(where)
+
+    def unmount_disks(self) -> None:
+        for where in self.mounts:
+            # Lazy: a bookie killed a moment ago may still hold a file open.
+            subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+        self.mounts.clear()
+
+    def fill(self, node: str) -> None:
+        """A filler file that takes ``node``'s ledger disk to 95 % used."""
+        disk = self.root / node / "ledgers"
+        st = os.statvfs(disk)
+        missing = int((0.95 - (1.0 - st.f_bavail / st.f_blocks)) * DISK_BYTES)
+        with (disk / "filler").open("ab") as f:
+            f.write(bytes(max(0, missing)))
+
+    def free(self, node: str) -> None:
+        (self.root / node / "ledgers" / "filler").unlink(missing_ok=True)
+
+    def start(self, nodes: list[str], *, again: bool = False) -> None:
+        started = []
+        for node in nodes:
+            program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
+            bookie = spawn_bookie(
+                node,
+                self.root / node,
+                self._settings(node),
+                program=program,
+                new_root=not (again or self.small_disks or bool(self.lazy)),
+            )
+            self.procs[node] = bookie
+            started.append(bookie)
+        wait_ready(started, 60)
+
+    def signal(self, node: str, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.procs[node].proc.pid, sig)
+
+    def kill9(self, node: str) -> None:
+        self.signal(node, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.procs[node].proc.wait(timeout=10)
+        stdout = self.procs[node].proc.stdout
+        if stdout is not None:
+            stdout.close()
+
+    def stop_all(self) -> None:
+        for node, bookie in self.procs.items():
+            self.signal(node, signal.SIGCONT)
+            if bookie.proc.poll() is None:
+                bookie.proc.send_signal(signal.SIGTERM)
+        for bookie in self.procs.values():
+            try:
+                bookie.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                bookie.proc.kill()
+                bookie.proc.wait()
+            if bookie.proc.stdout is not None:
+                bookie.proc.stdout.close()
+
+
+@dataclass
+class Run:
+    options: RunOptions
+    live: LiveNetwork
+    bookies: Bookies
+    rec: Recorder
+    console: Console
+    counts: dict[tuple[str, str], int]
+    started: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        elapsed = trio.current_time() - self.started
+        self.console.print(f"[dim]{elapsed:7.1f} s[/dim] {text}", highlight=False)
+
+    def _network_fault(self, fault: PlannedFault) -> NetworkFault:
+        net = self.live.net
+        if fault.kind == "isolate":
+            return Partition.isolate(net, fault.targets[0])
+        if fault.kind == "split":
+            return Partition.split(net, fault.targets)
+        if fault.kind == "one-way":
+            return OneWay.of([CLIENT], fault.targets)
+        if fault.kind == "session-expiry":
+            return Partition.of(fault.targets, [ZOOKEEPER])
+        others = [n for n in net.names if n not in fault.targets]
+        return Loss.of(fault.targets, others, int(fault.params["percent"]))
+
+    async def _inject(self, fault: PlannedFault) -> FaultRecord | None:
+        if fault.family in ("net", "zk"):
+            return await trio.to_thread.run_sync(self.live.start, self._network_fault(fault))
+        node = fault.targets[0]
+        if fault.family == "pause":
+            self.bookies.signal(node, signal.SIGSTOP)
+        elif fault.family == "crash":
+            await trio.to_thread.run_sync(self.bookies.kill9, node)
+        elif fault.family == "disk":
+            await trio.to_thread.run_sync(self.bookies.fill, node)
+        elif fault.family == "power":
+            # Kill first, then crash the disk, then wait: a bookie killed inside an fsync of
+            # the lazy disk cannot exit until the file system answers it (the crash does).
+            self.bookies.signal(node, signal.SIGKILL)
+            report = await self.bookies.lazy[node].crash(tear=fault.params.get("tear"))
+            await trio.to_thread.run_sync(self.bookies.kill9, node)
+            self.say(f"power loss on {node}: {report}")
+        return None
+
+    async def _heal(self, fault: PlannedFault, record: FaultRecord | None) -> dict[str, Any]:
+        if record is not None:
+            await trio.to_thread.run_sync(self.live.heal, record)
+            return {}
+        node = fault.targets[0]
+        if fault.family == "pause":
+            self.bookies.signal(node, signal.SIGCONT)
+        elif fault.family == "disk":
+            self.bookies.free(node)
+        elif fault.family in ("crash", "power"):
+            try:
+                await trio.to_thread.run_sync(lambda: self.bookies.start([node], again=True))
+            except ClusterError as exc:
+                self.notes.append(f"{node} did not come back: {exc}".splitlines()[0])
+                return {"error": self.notes[-1]}
+        return {}
+
+    async def nemesis(self, schedule: list[PlannedFault]) -> None:
+        for fault in schedule:
+            await trio.sleep_until(self.started + fault.start)
+            record = await self._inject(fault)
+            handle: FaultHandle = self.rec.fault_start(
+                fault.kind, fault.targets, fault.params, down=fault.targets
+            )
+            self.say(
+                f"[yellow]fault {handle.id}[/yellow] {fault.describe()} for {fault.length:.1f} s"
+            )
+            await trio.sleep_until(self.started + fault.end)
+            result = await self._heal(fault, record)
+            self.rec.fault_end(handle, **result)
+            self.say(f"[green]healed {handle.id}[/green] {fault.kind} {result.get('error', '')}")
+
+    async def _registered(self, bk: BookKeeper, seconds: float) -> bool:
+        with trio.move_on_after(seconds):
+            while set(self.bookies.ids) - set(await bk.live_bookies()):  # noqa: ASYNC110 - polls the store
+                await trio.sleep(0.5)
+            return True
+        return False
+
+    async def final_phase(self, work: Workloads, bk: BookKeeper) -> None:
+        if not await self._registered(bk, 60):
+            self.notes.append("not every bookie registered again within 60 s of the heal")
+        self.say(f"final reads of {len(work.ledgers)} ledgers")
+        for lid in sorted(work.ledgers):
+            await work.recover_and_read(lid)
+        self.say("replication checks")
+        manager = UnderReplicationManager(bk.store, bk.ledgers_root)
+        deadline = trio.current_time() + CONVERGENCE / 2
+        while True:
+            marked = {mark.ledger_id for mark in await manager.under_replicated()}
+            if not marked:
+                h = self.rec.invoke("replication_check", process="final", node=CLIENT)
+                self.rec.ok(h, under_replicated=0)
+                break
+            # One check per ledger, so that a mark that stays names its ledger alone.
+            for lid in sorted(work.ledgers | marked):
+                h = self.rec.invoke("replication_check", process="final", node=CLIENT, ledger=lid)
+                self.rec.ok(h, under_replicated=int(lid in marked))
+            if trio.current_time() > deadline:
+                self.notes.append(f"ledgers still marked under-replicated: {sorted(marked)}")
+                break
+            await trio.sleep(2)
+        for _attempt in range(5):
+            h = self.rec.invoke("probe_write", process="final", node=CLIENT)
+            try:
+                with trio.fail_after(20):
+                    lh = await bk.create_ledger(3, 2, 2)
+                    await lh.add_entry(b"probe")
+                    await lh.close()
+            except (trio.TooSlowError, Exception) as exc:
+                self.rec.fail(h, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                await trio.sleep(2)
+                continue
+            self.rec.ok(h, ledger=lh.ledger_id)
+            break
+
+    async def main(self, schedule: list[PlannedFault]) -> None:
+        """The bookies (on their lazy disks, with the ``power`` family), the workloads and the
+        nemesis, the final phase; the bookies stop before their disks go."""
+        nodes = [n for n in self.live.net.names if n not in (CLIENT, ZOOKEEPER)]
+        async with contextlib.AsyncExitStack() as stack:
+            if "power" in self.options.families:
+                for node in nodes:
+                    backing, mnt = (
+                        self.bookies.root / node / "disk",
+                        self.bookies.root / node / "lazy",
+                    )
+                    backing.mkdir(parents=True, exist_ok=True)
+                    mnt.mkdir(parents=True, exist_ok=True)
+                    self.bookies.lazy[node] = await stack.enter_async_context(
+                        lazy_mount(backing, mnt)
+                    )
+            try:
+                await trio.to_thread.run_sync(self.bookies.start, nodes)
+                await self._workloads(schedule)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.bookies.stop_all)
+
+    async def _workloads(self, schedule: list[PlannedFault]) -> None:
+        opts = self.options
+        # A ZooKeeper server on a loaded machine may take a while to take its first session.
+        for attempt in range(6):
+            try:
+                async with open_store(self.bookies.uri):
+                    break
+            except StoreUnavailableError:
+                if attempt == 5:
+                    raise
+                await trio.sleep(2)
+        config = ClientConfig(request_timeout=5.0, connect_timeout=3.0, seed=opts.seed)
+        v2 = ClientConfig(
+            request_timeout=5.0, connect_timeout=3.0, seed=opts.seed, use_v2_wire_protocol=True
+        )
+        async with (
+            BookKeeper.open(self.bookies.uri, config=config) as bk,
+            BookKeeper.open(self.bookies.uri, config=v2) as bk2,
+        ):
+            if not await self._registered(bk, 60):
+                raise ClusterError("the bookies did not all register within 60 s")
+            self.started = trio.current_time()
+            end = self.started + opts.duration
+            rng = random.Random(opts.seed)
+            work = Workloads(self.rec, CLIENT, {False: bk, True: bk2}, rng, end)
+            self.say(f"{len(schedule)} faults planned over {opts.duration:.0f} s")
+            async with trio.open_nursery() as nursery:
+                for i, spec in enumerate(opts.writers, 1):
+                    nursery.start_soon(work.writer, spec, i)
+                nursery.start_soon(work.tailer)
+                nursery.start_soon(work.recoverer)
+                if opts.journeys:
+                    journeys = Journeys(
+                        self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
+                        self.bookies.uri, self.bookies.ids, bk, random.Random(opts.seed + 1), end,
+                        zookeeper=[ZOOKEEPER] if opts.metadata == "zk" else [],
+                    )  # fmt: skip
+                    nursery.start_soon(journeys.run)
+                nursery.start_soon(self.nemesis, schedule)
+                nursery.start_soon(self._progress, end)
+            # Anything left hurt (none, once the nemesis ran to its end) is healed here.
+            self.live.heal_all()
+            for node in self.bookies.procs:
+                self.bookies.signal(node, signal.SIGCONT)
+            self.say("workloads done, every fault healed")
+            await self.final_phase(work, bk)
+
+    async def _progress(self, end: float) -> None:
+        while trio.current_time() < end:
+            await trio.sleep(min(10.0, max(0.1, end - trio.current_time())))
+            self.say(f"progress: {self.rec_counts()}")
+
+    def rec_counts(self) -> str:
+        c = self.counts
+        return (
+            f"{c.get(('add', 'ok'), 0)} adds acknowledged, {c.get(('add', 'fail'), 0)} failed, "
+            f"{c.get(('add', 'unknown'), 0)} unknown; {c.get(('journey', 'ok'), 0)} journey "
+            f"steps ok, {c.get(('journey', 'fail'), 0) + c.get(('journey', 'unknown'), 0)} not"
+        )
+
+
+def run_schedule(options: RunOptions, console: Console) -> int:
+    """One run; returns the exit code (0: no violation, 1: violations). ``ClusterError`` /
+    ``NetworkError`` / ``OSError`` propagate with one-line messages."""
+    out = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    history_path = out / HISTORY_NAME
+    if history_path.exists():
+        raise FileExistsError(f"{history_path} exists: give --out a new directory")
+    bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
+    schedule = plan_schedule(options.seed, options.duration, options.families, bookies)
+    zk = [ZOOKEEPER] if options.metadata == "zk" else []
+    plan = TestNetwork.plan([*bookies, CLIENT, *zk])
+    uri = f"sqlite:///{out.resolve()}/metadata.db"
+    counts: dict[tuple[str, str], int] = {}
+    kinds: dict[int, str] = {}
+    # The client's warnings (fenced writers, ensemble changes) go to a file, not between the
+    # progress lines.
+    log = logging.FileHandler(out / "harness.log")
+    log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(log)
+    try:
+        return _run(options, console, schedule, plan, uri, counts, kinds)
+    finally:
+        logging.getLogger().removeHandler(log)
+        log.close()
+
+
+def _run(
+    options: RunOptions,
+    console: Console,
+    schedule: list[PlannedFault],
+    plan: TestNetwork,
+    uri: str,
+    counts: dict[tuple[str, str], int],
+    kinds: dict[int, str],
+) -> int:
+    out = options.out
+    history_path = out / HISTORY_NAME
+    bookies = [n for n in plan.names if n not in (CLIENT, ZOOKEEPER)]
+
+    with JsonLinesSink(history_path) as sink, LiveNetwork(plan) as live:
+
+        def counting(record: dict[str, Any]) -> None:
+            # Progress figures, counted as the records go by.
+            sink(record)
+            if record["type"] == "invoke":
+                kinds[record["op"]] = record["kind"]
+            elif record["type"] in ("ok", "fail", "unknown"):
+                key = (kinds.get(record["op"], "?"), record["type"])
+                counts[key] = counts.get(key, 0) + 1
+
+        rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
+        bugs = [BUGS[name][0] for name in options.bugs]
+        nodes = Bookies(live, out / "bookies", uri, bugs, small_disks="disk" in options.families)
+        run = Run(options, live, nodes, rec, console, counts)
+        console.print(
+            f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
+            f"families {','.join(options.families) or 'none'}, {options.bookies} bookies, "
+            f"out {out}",
+            highlight=False,
+        )
+        try:
+            # In c1's namespace from here: the ZooKeeper server's readiness check, like the
+            # workloads, must reach the nodes' addresses (the root namespace has no route).
+            with _in_namespace(plan.node(CLIENT).namespace), contextlib.ExitStack() as stack:
+                if options.metadata == "zk":
+                    server = stack.enter_context(
+                        running_zookeeper(
+                            out / "zookeeper",
+                            host=plan.address(ZOOKEEPER),
+                            port=2181,
+                            prefix=plan.exec_argv(ZOOKEEPER, []),
+                        )
+                    )
+                    nodes.uri = server.uri("/ledgers")
+                if nodes.small_disks:
+                    nodes.mount_disks(bookies)
+                try:
+                    trio.run(run.main, schedule)
+                finally:
+                    nodes.stop_all()
+        finally:
+            nodes.stop_all()
+            nodes.unmount_disks()
+    for note in run.notes:
+        console.print(f"note: {note}", markup=False)
+    result, _summary = report_run(read_history(history_path), out, console)
+    return 1 if result.violations else 0
