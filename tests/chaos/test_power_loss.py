@@ -4,8 +4,8 @@ system (every unsynced write forgotten, the last one torn in some cycles), a res
 durable state only: every acknowledged add must read back byte-identical, and no entry the
 bookie serves may fail its digest.
 
-Two defects this found are known and not fixed on this branch (docs/chaos.md, "What it
-found"); a run that meets one of them is an xfail naming it, any other failure fails.
+The two defects it first found (docs/chaos.md, "What it found") are fixed; a run that
+meets either fails like any other.
 
 The writers and the read-back are the kill -9 test's (tests/bookie/test_durability.py); the
 difference is the disk, which here forgets what the bookie did not fsync.
@@ -24,7 +24,7 @@ import trio
 from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
 from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager, DigestMismatchError
-from bookiesim.cluster.processes import ClusterError, bookie_process, pid_alive
+from bookiesim.cluster.processes import bookie_process, pid_alive
 from bookiesim.cluster.testing import BookieTestClient
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.bookie.test_durability import (
@@ -140,32 +140,15 @@ async def power_losses(
     return reports
 
 
-EMPTY_INDEX = "not a BKLE index file: signature an empty file"
-"""A known defect, reported, not fixed here (bookie/index_file.py): an index file created
-before the crash whose header write was never synced is empty after it, and the bookie's
-journal replay refuses it with a traceback (exit 1), where upstream's FileInfo rewrites the
-header from the master key the replayed adds carry. Any other failure fails the test."""
-
-
-# TornRecordServed is a known defect, issue 33's item 8, fixed on another branch: journal
-# replay takes a record torn by the power loss (its length and a prefix on disk, zeros after)
-# as whole, and the bookie then serves never-acknowledged entries whose digest fails (and a
-# re-add of such an entry id after the restart reads back the torn copy).
+# Both defects this test first found are fixed and now fail it like any other: an index
+# file a power loss left empty stopped the bookie (bookie/ledger_index.py removes it, the
+# journal recreates the ledger), and a journal record torn by the power loss was served
+# (bookie/journal/tail.py drops it at replay).
 
 
 def run_power_losses(tmp_path: Path, seed: int, cycles: int, tears: tuple[Tear, ...]) -> None:
     need_fuse()
-    try:
-        reports = trio.run(power_losses, tmp_path, seed, cycles, tears)
-    except ClusterError as exc:
-        if EMPTY_INDEX in str(exc):
-            where = next(line for line in str(exc).splitlines() if EMPTY_INDEX in line)
-            pytest.xfail(f"known defect, an empty index file after a power loss: {where.strip()}")
-        raise
-    except TornRecordServed as exc:
-        if any(only is not None for _, only in tears):
-            pytest.xfail(f"known defect: a torn journal record served ({exc})")
-        raise
+    reports = trio.run(power_losses, tmp_path, seed, cycles, tears)
     # The crashes had something to forget, or the test would prove no more than kill -9.
     assert any(not r.startswith("ok files=0 ") for r in reports), reports
 
