@@ -40,8 +40,8 @@ FAMILIES: dict[str, str] = {
 }
 """The fault families a schedule draws from, by name."""
 NOT_IN_ALL = ("power",)
-"""Families ``all`` leaves out: power loss meets two defects whose fixes are on other
-branches (docs/chaos.md, 'What it found'), so it is asked for by name."""
+"""Families ``all`` leaves out: power loss puts every bookie's disk on the lazy file
+system, which excludes the ``disk`` family's small tmpfs, so it is asked for by name."""
 TEARS = (None, None, 12, 20, 100)
 """A power loss keeps this many bytes of the last unsynced write (None: none of it)."""
 
