@@ -193,8 +193,7 @@ class ReplicationWorker:
         finally:
             if not settled and lock.ledger_id not in self._kept:
                 # Cancelled or failed unexpectedly: give the ledger to the next worker now.
-                with trio.CancelScope(shield=True), trio.move_on_after(10):
-                    await self.urm.release(lock)
+                await self._release_or_keep(lock)
 
     async def release_due(self) -> int:
         """Deal with and release the kept locks whose time has come; how many."""
@@ -206,9 +205,24 @@ class ReplicationWorker:
                     await self._recover_if_still_open(kept.lock.ledger_id)
             finally:
                 del self._kept[kept.lock.ledger_id]
-                with trio.CancelScope(shield=True), trio.move_on_after(10):
-                    await self.urm.release(kept.lock)
+                await self._release_or_keep(kept.lock)
         return len(due)
+
+    async def _release_or_keep(self, lock: LedgerLock) -> None:
+        """Release ``lock``; if the store cannot be reached, keep it to release on a later
+        turn. A lock left behind outlives the failure: when the client reconnects within its
+        session, the lock's ephemeral node stays, and no worker (this one included) locks
+        the ledger again while the session lives, so its mark would stay for good (a live
+        fault run found one such ledger after a ZooKeeper connection loss mid-copy)."""
+        released = False
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            try:
+                await self.urm.release(lock)
+                released = True
+            except MetadataError as exc:
+                log.warning("replication worker: lock of ledger %d kept: %s", lock.ledger_id, exc)
+        if not released:
+            self._keep(lock, self.config.rw_rereplicate_backoff, _Kind.FAILED)
 
     async def release_kept(self) -> None:
         """Release every kept lock now (the marks stay)."""

@@ -18,9 +18,10 @@ from bookiesim.client import BookKeeper, DigestType, LedgerFencedError
 from bookiesim.client.digest import DigestManager
 from bookiesim.cluster.in_process import FaultyConnector, running_cluster
 from bookiesim.cluster.testing import write_out_table
+from bookiesim.metadata.errors import StoreUnavailableError
 from bookiesim.metadata.ledgers import DigestType as MetaDigestType
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
-from bookiesim.metadata.underreplication import UnderReplicationManager
+from bookiesim.metadata.underreplication import LedgerLock, UnderReplicationManager
 from bookiesim.proto.v3 import add_request
 from tests.autorecovery.replication_helpers import (
     CLIENT_CONFIG,
@@ -221,6 +222,50 @@ async def test_a_worker_cancelled_mid_copy_leaves_it_to_the_next(tmp_path: Path)
         metadata, _ = await bk.read_metadata(lh.ledger_id)
         assert metadata.ensembles[0][0] == spare
         assert await missing_replicas(bk, lh.ledger_id, metadata) == []
+
+
+class ReleaseFailsOnce(UnderReplicationManager):
+    """The store is unreachable for the first release (a ZooKeeper connection loss)."""
+
+    failures = 1
+
+    async def release(self, lock: LedgerLock) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailableError("connection lost")
+        await super().release(lock)
+
+
+async def test_a_lock_the_store_could_not_release_is_released_on_a_later_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a live fault run: the store went away mid-copy and so did the release; the
+    # client reconnected within its session, so the lock node stayed and the ledger's mark
+    # was never taken again.
+    async with (
+        running_cluster(tmp_path, 4) as cluster,
+        BookKeeper(cluster.store, config=CLIENT_CONFIG) as bk,
+    ):
+        lh = await write_ledger(bk, 3, 2, 2, 10)
+        lost = lh.ensemble[0]
+        await cluster.stop_bookie(lost)
+        urm = ReleaseFailsOnce(cluster.store)
+        await urm.mark_under_replicated(lh.ledger_id, [lost])
+        worker = ReplicationWorker(bk, urm, CONFIG, AutoRecoveryMetrics(), owner="a")
+
+        async def store_gone(lock: LedgerLock) -> Step:
+            raise StoreUnavailableError("connection lost")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(worker, "_replicate", store_gone)
+            with pytest.raises(StoreUnavailableError):
+                await worker.step()
+        assert await urm.lock_owner(lh.ledger_id) == "a"  # its release failed too
+        await trio.sleep(CONFIG.rw_rereplicate_backoff)
+        assert await worker.release_due() == 1
+        assert await urm.lock_owner(lh.ledger_id) is None
+        assert await worker.replicate_once()
+        assert await urm.count() == 0
 
 
 async def test_a_deleted_ledgers_mark_is_removed(tmp_path: Path) -> None:
