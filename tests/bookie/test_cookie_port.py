@@ -5,8 +5,6 @@ under that id — or refuses in one line when its port is taken."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import uuid
 from typing import TYPE_CHECKING
 
@@ -25,6 +23,7 @@ from bookiesim.cli.shell.cookies import UpdateRefusedError, update_cookies
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.metadata import open_store
 from bookiesim.metadata.registration import live_bookies
+from tests.cli.test_errors import bookie as bookie_process
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -114,20 +113,7 @@ def test_a_taken_cookie_port_exits_with_the_cookie_code(tmp_path: Path) -> None:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", port))
         holder.listen()
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bookiesim",
-                "bookie",
-                *("--set", "bookiePort=0", "--set", "httpServerPort=0"),
-                *("--set", f"journalDirectory={tmp_path / 'journal'}"),
-                *("--set", f"ledgerDirectories={tmp_path / 'ledgers'}"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = bookie_process(tmp_path)
     assert proc.returncode == exit_codes.INVALID_COOKIE
     assert proc.stdout == ""
     refused = [line for line in proc.stderr.splitlines() if "refusing to start" in line]

@@ -10,8 +10,6 @@ directories of the previous bookiesim (no cookies anywhere), which are adopted.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -35,6 +33,7 @@ from bookiesim.cluster.testing import bookie_client, bookie_config, running_book
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import instance_id
 from bookiesim.metadata.cookies import Cookie, CookieFormatError, encode_dir_paths
+from tests.cli.test_errors import bookie as bookie_process
 from tests.interop.vectors import upstream_dir
 
 if TYPE_CHECKING:
@@ -363,20 +362,7 @@ async def test_check_cookies_reports_what_it_stamped(tmp_path: Path) -> None:
 def test_a_refused_bookie_process_exits_with_its_own_code(tmp_path: Path) -> None:
     port = stable_port()
     trio.run(write_some, fixed_port_config(tmp_path, port))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bookiesim",
-            "bookie",
-            *("--set", f"bookiePort={port + 1}", "--set", "httpServerPort=0"),
-            *("--set", f"journalDirectory={tmp_path / 'journal'}"),
-            *("--set", f"ledgerDirectories={tmp_path / 'ledgers'}"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = bookie_process(tmp_path, f"bookiePort={port + 1}")
     assert proc.returncode == exit_codes.INVALID_COOKIE == 4
     assert proc.stdout == ""  # never announced itself ready
     refused = [line for line in proc.stderr.splitlines() if "refusing to start" in line]
