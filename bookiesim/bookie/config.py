@@ -40,6 +40,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TypeVar
 
+from bookiesim.bookie.upstream_keys import (
+    COMPACTION_RATE,
+    LEGACY_KEYS,
+    METADATA_SERVICE_URI,
+    UPSTREAM_KEYS,
+    ZK_LEDGERS_ROOT_PATH,
+    ZK_SERVERS,
+    legacy_metadata_uri,
+)
+from bookiesim.bookie.upstream_keys import render_markdown as render_upstream_keys
+
 __all__ = [
     "CONFIG_KEYS",
     "INTERLEAVED_LEDGER_STORAGE",
@@ -243,7 +254,18 @@ class BookieConfig:
         "",
         meaning="Metadata store: sqlite:///path/to/meta.db (embedded) or "
         "zk://host:port[;host:port]/ledgers (ZooKeeper; as upstream, the path is the ledgers "
-        "root, e.g. /ledgers); empty = none configured.",
+        "root, e.g. /ledgers); empty = none configured, or upstream's legacy zkServers and "
+        "zkLedgersRootPath when given (Upstream keys, below).",
+    )
+    zk_timeout: int = _key(
+        _SERVER,
+        "zkTimeout",
+        10000,
+        unit="ms",
+        minimum=1,
+        meaning="Session timeout of the bookie's metadata session (ZooKeeper's, or the SQLite "
+        "store's heartbeat session): how long its registration outlives a bookie that stopped "
+        "answering.",
     )
 
     # --- Directories ---------------------------------------------------------------------
@@ -822,6 +844,10 @@ class BookieConfig:
         "a recovery has fenced, so the writer goes on past the end the recovery closed at.",
     )
 
+    # Not a key: which upstream keys the file or mapping gave that bookiesim accepts and does
+    # not apply (bookiesim.bookie.upstream_keys), for the bookie's one start-up warning.
+    not_applied: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+
     def __post_init__(self) -> None:
         # Type checks first, so the rules below can trust the values; ints given for float
         # keys (which mypy allows) are normalised so that equality and output are stable.
@@ -904,27 +930,28 @@ class BookieConfig:
         ``base_dir`` when given; ``source`` names the text in error messages.
         """
         entries: dict[str, _Entry] = {}
+        upstream: dict[str, _Entry] = {}  # upstream's keys outside the registry
         for prop in parse_properties(text, source=source):
-            spec = _spec_for_key(prop.key, source=source, line=prop.line)
-            if spec.key in entries:
-                first = entries[spec.key].line
+            given = entries if _known_key(prop.key, source, prop.line) else upstream
+            if prop.key in given:
+                first = given[prop.key].line
                 raise ConfigError(
-                    f"{spec.key}: set twice (first on line {first})",
-                    key=spec.key,
+                    f"{prop.key}: set twice (first on line {first})",
+                    key=prop.key,
                     source=source,
                     line=prop.line,
                 )
-            entries[spec.key] = _Entry(prop.value, base_dir, source, prop.line)
+            given[prop.key] = _Entry(prop.value, base_dir, source, prop.line)
         cwd = Path.cwd()
         for override in overrides:
             key, sep, value = override.partition("=")
             key = key.strip()
             if not sep or not key:
                 raise ConfigError(f"override {override!r} is not of the form key=value")
-            spec = _spec_for_key(key, source="--set", line=None)
+            given = entries if _known_key(key, "--set", None) else upstream
             # Later overrides win, as repeated command-line options usually do.
-            entries[spec.key] = _Entry(value, cwd, "--set", None)
-        return cls._build(entries)
+            given[key] = _Entry(value, cwd, "--set", None)
+        return cls._build(entries, upstream)
 
     @classmethod
     def from_mapping(
@@ -936,19 +963,29 @@ class BookieConfig:
         their defaults.
         """
         entries: dict[str, _Entry] = {}
+        upstream: dict[str, _Entry] = {}
         for key, value in mapping.items():
-            spec = _spec_for_key(key, source=None, line=None)
-            entries[spec.key] = _Entry(value, base_dir, None, None)
-        return cls._build(entries)
+            given = entries if _known_key(key, None, None) else upstream
+            given[key] = _Entry(value, base_dir, None, None)
+        return cls._build(entries, upstream)
 
     @classmethod
-    def _build(cls, entries: Mapping[str, _Entry]) -> BookieConfig:
-        values: dict[str, object] = {}
+    def _build(cls, given: Mapping[str, _Entry], upstream: Mapping[str, _Entry]) -> BookieConfig:
+        """The config of the registry's keys ``given`` and of upstream's other keys, each with
+        where it came from: legacy keys feed their keys, the rest are only named."""
+        entries = _with_legacy_keys(given, upstream)
+        values: dict[str, object] = {
+            "not_applied": tuple(key for key in upstream if UPSTREAM_KEYS[key] is None)
+        }
         for key, entry in entries.items():
             spec = _BY_KEY[key]
             try:
                 values[spec.attr] = _coerce(spec, entry.value, entry.base_dir)
             except ConfigError as exc:
+                if entry.given_as is not None:
+                    # Name the key the user wrote, and the one it stands for.
+                    reason = exc.reason.replace(key, f"{entry.given_as} (as {key})", 1)
+                    exc = ConfigError(reason, key=entry.given_as)
                 raise exc.located(entry.source, entry.line) from None
         try:
             return cls(**values)  # type: ignore[arg-type]  # types checked by _coerce
@@ -969,7 +1006,7 @@ class BookieConfig:
         for attr, value in changes.items():
             spec = _BY_ATTR.get(attr)
             if spec is None:
-                raise ConfigError(_unknown_message(attr, _BY_ATTR, kind="attribute"))
+                raise ConfigError(_unknown_message(attr, kind="attribute"))
             values[attr] = _coerce(spec, value, None)
         return dataclasses.replace(self, **values)  # type: ignore[arg-type]  # _coerce typed them
 
@@ -1047,6 +1084,8 @@ def _registry() -> tuple[ConfigKey, ...]:
     hints = typing.get_type_hints(BookieConfig)
     specs = []
     for field in dataclasses.fields(BookieConfig):
+        if _META not in field.metadata:
+            continue  # not_applied
         doc: _Doc = field.metadata[_META]
         specs.append(
             ConfigKey(
@@ -1073,35 +1112,85 @@ _BY_KEY: Final[Mapping[str, ConfigKey]] = {spec.key: spec for spec in CONFIG_KEY
 _BY_ATTR: Final[Mapping[str, ConfigKey]] = {spec.attr: spec for spec in CONFIG_KEYS}
 
 
-def _unknown_message(name: str, known: Mapping[str, ConfigKey], *, kind: str) -> str:
-    """ "unknown key 'x'" plus the closest known name, if any is close."""
-    suggestion: str | None = None
-    # Exact matches across spellings first: a camelCase key given where an attribute is
-    # expected, or the other way round, or the right key in the wrong case.
-    other = _BY_KEY if known is _BY_ATTR else _BY_ATTR
-    if name in other:
-        spec = other[name]
-        suggestion = spec.attr if known is _BY_ATTR else spec.key
+_KNOWN_KEYS: Final[tuple[str, ...]] = (
+    *(key for key in UPSTREAM_KEYS if key not in _BY_KEY),
+    *_BY_KEY,
+)
+"""Every key a file may hold: upstream's, and the registry's (which adds bookiesim's own)."""
+
+
+def _unknown_message(name: str, *, kind: str) -> str:
+    """ "unknown key 'x'" (or attribute) plus the closest known name, if any is close."""
+    known: Iterable[str]
+    if kind == "attribute":
+        known = _BY_ATTR
+        # A camelCase key given where an attribute is expected.
+        spelled = _BY_KEY[name].attr if name in _BY_KEY else None
     else:
+        known = _KNOWN_KEYS
+        # An attribute given where a key is expected.
+        spelled = _BY_ATTR[name].key if name in _BY_ATTR else None
+    suggestion = spelled
+    if suggestion is None:
+        # The right name in the wrong case (or with underscores), else the closest one.
         folded = {n.lower().replace("_", ""): n for n in known}
-        hit = folded.get(name.lower().replace("_", ""))
-        if hit is None:
+        suggestion = folded.get(name.lower().replace("_", ""))
+        if suggestion is None:
             close = difflib.get_close_matches(name.lower(), list(folded), n=1, cutoff=0.6)
-            hit = folded[close[0]] if close else None
-        suggestion = hit
+            suggestion = folded[close[0]] if close else None
     message = f"unknown {kind} {name!r}"
     if suggestion is not None:
         message += f" (did you mean {suggestion!r}?)"
     return message
 
 
-def _spec_for_key(key: str, *, source: str | None, line: int | None) -> ConfigKey:
-    spec = _BY_KEY.get(key)
-    if spec is None:
-        raise ConfigError(
-            _unknown_message(key, _BY_KEY, kind="key"), key=key, source=source, line=line
-        )
-    return spec
+def _known_key(key: str, source: str | None, line: int | None) -> bool:
+    """True for a key of the registry, False for one of upstream's other keys; ConfigError
+    (with the closest name) for a key neither knows."""
+    if key in _BY_KEY:
+        return True
+    if key in UPSTREAM_KEYS:
+        return False
+    raise ConfigError(_unknown_message(key, kind="key"), key=key, source=source, line=line)
+
+
+def _with_legacy_keys(
+    given: Mapping[str, _Entry], upstream: Mapping[str, _Entry]
+) -> dict[str, _Entry]:
+    """``given`` with upstream's legacy keys folded into the keys they feed, as upstream's
+    getters fall back (:data:`~bookiesim.bookie.upstream_keys.LEGACY_KEYS`): zkServers and
+    zkLedgersRootPath make a blank metadataServiceUri; compactionRate stands for an unset
+    compactionRateByEntries."""
+    entries = dict(given)
+    servers = upstream.get(ZK_SERVERS)
+    uri = entries.get(METADATA_SERVICE_URI)
+    if servers is not None and (uri is None or _blank(uri.value)):
+        try:
+            hosts = [str(item) for item in _items(ZK_SERVERS, servers.value)]
+        except ConfigError as exc:
+            raise exc.located(servers.source, servers.line) from None
+        root = upstream.get(ZK_LEDGERS_ROOT_PATH)
+        try:
+            derived = legacy_metadata_uri(hosts, None if root is None else str(root.value))
+        except ValueError as exc:
+            assert root is not None  # the default root is valid
+            error = ConfigError(f"{ZK_LEDGERS_ROOT_PATH}: {exc}", key=ZK_LEDGERS_ROOT_PATH)
+            raise error.located(root.source, root.line) from None
+        if derived is not None:
+            entries[METADATA_SERVICE_URI] = dataclasses.replace(
+                servers, value=derived, given_as=ZK_SERVERS
+            )
+    rate = upstream.get(COMPACTION_RATE)
+    if rate is not None and _RATE_BY_ENTRIES not in entries:
+        entries[_RATE_BY_ENTRIES] = dataclasses.replace(rate, given_as=COMPACTION_RATE)
+    return entries
+
+
+_RATE_BY_ENTRIES: Final = LEGACY_KEYS[COMPACTION_RATE]
+
+
+def _blank(value: object) -> bool:
+    return isinstance(value, str) and not value.strip()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -1112,6 +1201,8 @@ class _Entry:
     base_dir: Path | None
     source: str | None
     line: int | None
+    given_as: str | None = None
+    """The legacy upstream key the value was given under, if not this one."""
 
 
 # --- Properties text ----------------------------------------------------------------------
@@ -1601,7 +1692,9 @@ python -m bookiesim.bookie.config --check bk_server.conf --set bookiePort=0   # 
   the current directory.
 - An unknown key, a value of the wrong type, a value out of range, a key set twice in one file
   or a broken rule below is an error naming the key, the file and the line (and, for unknown
-  keys, the closest known key). `--set key=value` overrides the file.
+  keys, the closest known key). Every key upstream BookKeeper defines is known: those not in
+  the tables below are accepted and named in one start-up warning (Upstream keys, at the
+  end). `--set key=value` overrides the file.
 
 In Python: `BookieConfig.from_file(path, overrides)`, `BookieConfig.from_mapping({...})`,
 `cfg.replace(bookie_port=0)`, `cfg.to_properties()`. Attributes are snake_case spellings of the
@@ -1646,7 +1739,7 @@ def render_markdown() -> str:
     for rule in RULES:
         origin = "upstream" if rule.upstream else "bookiesim"
         out.append(f"- {rule.text} *({origin})*")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n\n" + render_upstream_keys()
 
 
 # --- Command line -------------------------------------------------------------------------

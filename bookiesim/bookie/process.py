@@ -57,6 +57,7 @@ from bookiesim.bookie.http_admin import (
 )
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.bookie.server import BookieServer
+from bookiesim.bookie.upstream_keys import not_applied_warning
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.ledgers import LedgerManager
@@ -206,7 +207,9 @@ class BookieService:
                 await check_cookies(cfg)
                 await self._serve(None, listeners, task_status=task_status)
                 return
-            async with open_store(cfg.metadata_service_uri) as store:
+            async with open_store(
+                cfg.metadata_service_uri, session_timeout=cfg.zk_timeout / 1000
+            ) as store:
                 instance = await ensure_cluster(store)
                 await check_cookies(
                     cfg, store=store, ledgers_root=ledgers_root_of(store), instance_id=instance
@@ -421,6 +424,10 @@ def main_sync(cfg: BookieConfig, companions: Sequence[Companion] = ()) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    # Upstream's keys that bookiesim accepts and ignores: told once, not once per key.
+    ignored = not_applied_warning(cfg.not_applied)
+    if ignored is not None:
+        log.warning("%s", ignored)
     try:
         cfg = within_descriptor_limit(cfg)
     except DescriptorLimitError as exc:

@@ -43,6 +43,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "advertisedAddress": "",  # upstream: null
     "nettyMaxFrameSizeBytes": 5 * 1024 * 1024,
     "metadataServiceUri": "",  # upstream: null
+    "zkTimeout": 10000,  # AbstractConfiguration.getZkTimeout
     "journalDirectory": Path("/tmp/bk-txn"),
     "journalDirectories": (),  # upstream: null = [journalDirectory]
     "ledgerDirectories": (Path("/tmp/bk-data"),),
