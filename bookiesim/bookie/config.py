@@ -48,6 +48,7 @@ from bookiesim.bookie.upstream_keys import (
     ZK_LEDGERS_ROOT_PATH,
     ZK_SERVERS,
     legacy_metadata_uri,
+    not_applied_warning,
 )
 from bookiesim.bookie.upstream_keys import render_markdown as render_upstream_keys
 
@@ -1772,6 +1773,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        ignored = not_applied_warning(cfg.not_applied)
+        if ignored is not None:
+            print(f"warning: {ignored}", file=sys.stderr)
         sys.stdout.write(cfg.to_properties())
     return 0
 

@@ -30,6 +30,7 @@ from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import ConfigError
 from bookiesim.bookie.http_admin import AdminRouter, metrics_handler, serve_admin
 from bookiesim.bookie.process import LOG_FORMAT
+from bookiesim.bookie.upstream_keys import not_applied_warning
 from bookiesim.cli.bookie_command import add_config_arguments, config_from_args
 from bookiesim.cli.client_actions import expected_error
 from bookiesim.metadata.errors import MetadataError
@@ -106,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return exit_codes.BAD_CONFIGURATION
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    ignored = not_applied_warning(cfg.not_applied)  # as the bookie says it
+    if ignored is not None:
+        log.warning("%s", ignored)
     try:
         trio.run(run_until_signalled, cfg)
     except BaseException as exc:
