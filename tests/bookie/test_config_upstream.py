@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -31,8 +32,14 @@ from bookiesim.bookie.upstream_keys import (
 from bookiesim.cli.main import main
 from bookiesim.client import BookKeeper
 from bookiesim.cluster.processes import BOOKIE_PROGRAM, bookie_process
+from bookiesim.metadata import open_store
+from bookiesim.metadata.cluster import ledgers_root_of
+from bookiesim.metadata.registration import live_bookies
 from bookiesim.metadata.zk_store import parse_zk_uri
 from tests.missing import upstream_skip
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 SHIPPED_KEYS = Path(__file__).parent / "data" / "upstream-4.17.4-bk_server.keys"
 SHIPPED: list[tuple[str, str]] = [
@@ -190,6 +197,30 @@ def test_zk_timeout_and_compaction_rate_keep_upstreams_meaning() -> None:
     assert BookieConfig.from_properties("compactionRate=7").compaction_rate_by_entries == 7
     both = "compactionRate=7\ncompactionRateByEntries=9\n"
     assert BookieConfig.from_properties(both).compaction_rate_by_entries == 9
+
+
+async def _gone_after(uri: str, bookie_id: str, kill: Callable[[], None]) -> float:
+    """Seconds from ``kill`` until the bookie's registration is gone, seen by a store whose
+    own short session sweeps often."""
+    async with open_store(uri, session_timeout=0.6) as store:
+        assert bookie_id in await live_bookies(store, ledgers_root_of(store))
+        kill()
+        start = trio.current_time()
+        while True:  # polled: the sweep that drops it is another process's
+            if bookie_id not in await live_bookies(store, ledgers_root_of(store)):
+                return trio.current_time() - start
+            await trio.sleep(0.1)
+
+
+def test_zk_timeout_is_the_bookies_session_timeout(tmp_path: Path) -> None:
+    # A kill -9ed bookie's registration outlives it by its session timeout: with
+    # zkTimeout=1500 well within upstream's default of 10 s.
+    uri = f"sqlite:///{tmp_path / 'metadata.db'}"
+    root = tmp_path / "bookie"
+    with bookie_process(root, f"metadataServiceUri={uri}", "zkTimeout=1500") as bookie:
+        bookie_id = f"127.0.0.1:{bookie.bookie_port}"
+        gone = trio.run(_gone_after, uri, bookie_id, bookie.kill9)
+    assert 0.5 < gone < 5.0
 
 
 @pytest.mark.parametrize(
