@@ -316,3 +316,17 @@ def test_the_legacy_uri_names_the_servers_and_root_given(
         "" if root is None else f"zkLedgersRootPath={root}\n"
     )
     assert BookieConfig.from_properties(text).metadata_service_uri == uri
+
+
+_IGNORED = sorted(key for key, target in UPSTREAM_KEYS.items() if target is None)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(_IGNORED), st.from_regex(r"[A-Za-z0-9 ,./:=_-]*", fullmatch=True)
+    )
+)
+def test_keys_not_applied_take_any_value_and_change_nothing(values: dict[str, str]) -> None:
+    cfg = BookieConfig.from_properties(_text(list(values.items())))
+    assert cfg.not_applied == tuple(values)
+    assert cfg == BookieConfig()  # nothing applied: the defaults, every one
