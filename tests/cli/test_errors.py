@@ -137,7 +137,13 @@ def test_ctrl_c_in_the_experiment_says_how_far_it_got(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(4)
+    # The output directory appears once the command has parsed its arguments, just before
+    # the experiment starts; a fixed wait was too short on a loaded machine (the imports
+    # alone took 7 s), and a Ctrl-C during the imports is Python's, not the command's.
+    deadline = time.monotonic() + 60
+    while not out.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
