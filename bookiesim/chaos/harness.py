@@ -221,6 +221,9 @@ class Run:
     async def nemesis(self, schedule: list[PlannedFault]) -> None:
         for fault in schedule:
             await trio.sleep_until(self.started + fault.start)
+            # A fault injected late (the heal before it restarted a process) still lasts its
+            # length: a session expiry must outlast the session.
+            injected = trio.current_time()
             record = await self._inject(fault)
             handle: FaultHandle = self.rec.fault_start(
                 fault.kind, fault.targets, fault.params, down=fault.targets
@@ -228,7 +231,7 @@ class Run:
             self.say(
                 f"[yellow]fault {handle.id}[/yellow] {fault.describe()} for {fault.length:.1f} s"
             )
-            await trio.sleep_until(self.started + fault.end)
+            await trio.sleep_until(max(self.started + fault.end, injected + fault.length))
             result = await self._heal(fault, record)
             self.rec.fault_end(handle, **result)
             self.say(f"[green]healed {handle.id}[/green] {fault.kind} {result.get('error', '')}")
