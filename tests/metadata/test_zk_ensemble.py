@@ -37,8 +37,13 @@ async def test_a_read_in_flight_when_its_server_goes_silent_is_answered_by_anoth
 ) -> None:
     need_zookeeper()
     hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-    ports = {"port": free_port(), "quorum_port": free_port(), "election_port": free_port()}
-    with running_ensemble(tmp_path / "zk", hosts, **ports) as ensemble:
+    with running_ensemble(
+        tmp_path / "zk",
+        hosts,
+        port=free_port(),
+        quorum_port=free_port(),
+        election_port=free_port(),
+    ) as ensemble:
         async with open_store(ensemble.uri("/ledgers"), session_timeout=4.0) as store:
             await store.create("/ledgers", b"")
             await store.create("/ledgers/a", b"x")
