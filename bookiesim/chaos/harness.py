@@ -42,9 +42,7 @@ from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
 from bookiesim.chaos.zookeepers import running_zookeepers, zookeeper_nodes
 from bookiesim.client.bookkeeper import BookKeeper
 from bookiesim.client.context import ClientConfig
-from bookiesim.cluster.processes import (
-    ClusterError,
-)
+from bookiesim.cluster.processes import ClusterError
 from bookiesim.metadata.errors import StoreUnavailableError
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.underreplication import UnderReplicationManager
