@@ -1,13 +1,16 @@
 """One run of a schedule against real bookiesim bookies (``bookiesim chaos run``).
 
-The run: a network (a node per bookie, ``b1``..``bN``, and ``c1`` for the client workloads;
-the metadata in SQLite, one file every namespace sees), ``bookiesim bookie`` processes in
-their nodes (``bookieAddress`` = the node's address, port 3181, auto-recovery on, as
-``cluster up``), the workloads (:mod:`.workloads`) and the nemesis (:mod:`.nemesis`) for the
-duration, then the heal, the final phase (every writer's ledger recovered and read back, the
-under-replicated count polled until 0, a probe write), and the checker and the reports
-(``report_run``). Everything goes into ``out``: ``history.jsonl``, ``summary.json``,
-``timeline.png``, ``bookies/<node>/`` (each bookie's directories and ``bookie.log``).
+The run: a network (a node per bookie, ``b1``..``bN``, ``c1`` for the client workloads,
+``ar1``/``ar2`` for the auto-recovery daemons, and with ``--metadata zk`` ``zk1``..``zkN`` for
+the ZooKeeper servers; else the metadata is in SQLite, one file every namespace sees),
+``bookiesim bookie`` processes in their nodes (``bookieAddress`` = the node's address, port
+3181, auto-recovery off) and ``bookiesim autorecovery`` ones in theirs (:mod:`.daemons`), the
+ZooKeeper ensemble (:mod:`.zookeepers`), the workloads (:mod:`.workloads`) and the nemesis
+(:mod:`.nemesis`) for the duration, then the heal, the final phase (every writer's ledger
+recovered and read back, the under-replicated count polled until 0, a probe write), and the
+checker and the reports (``report_run``). Everything goes into ``out``: ``history.jsonl``,
+``summary.json``, ``timeline.png``, ``bookies/<node>/`` (each bookie's directories and
+``bookie.log``), ``autorecovery/<node>/bookie.log``, ``zookeeper/zk<i>/zookeeper.log``.
 
 The harness process enters the client node's network namespace for the run (``setns`` on
 its main thread, restored at the end), so its client connections come from the client
@@ -22,33 +25,26 @@ import logging
 import os
 import random
 import signal
-import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from bookiesim.chaos.daemons import AUTORECOVERY_NODES, BOOKIE_PORT, AutoRecoveryDaemons, Bookies
 from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
-from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
+from bookiesim.chaos.lazyfs.mount import lazy_mount
 from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
 from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
 from bookiesim.chaos.network import TestNetwork
 from bookiesim.chaos.report import report_run
 from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
+from bookiesim.chaos.zookeepers import running_zookeepers, zookeeper_nodes
 from bookiesim.client.bookkeeper import BookKeeper
 from bookiesim.client.context import ClientConfig
-from bookiesim.cluster.processes import (
-    BOOKIE_PROGRAM,
-    ClusterError,
-    LocalBookie,
-    bookie_settings,
-    spawn_bookie,
-    wait_ready,
-)
+from bookiesim.cluster.processes import ClusterError
 from bookiesim.metadata.errors import StoreUnavailableError
 from bookiesim.metadata.factory import open_store
-from bookiesim.metadata.testing import running_zookeeper
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
@@ -57,6 +53,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from bookiesim.chaos.history import FaultHandle
+    from bookiesim.chaos.zookeepers import ZooKeepers
 
 __all__ = ["BOOKIE_PORT", "BUGS", "RunOptions", "run_schedule"]
 
@@ -69,18 +66,12 @@ BUGS: dict[str, tuple[str, str]] = {
 }
 """Bug switches live bookies carry, by name: the bookie setting and what it breaks."""
 
-BOOKIE_PORT = 3181
 CLIENT = "c1"
-ZOOKEEPER = "zk1"
 HISTORY_NAME = "history.jsonl"
 CONVERGENCE = 90.0
 """Seconds after the heal within which every ledger must be replicated and a probe write
 succeed (the checker's bound, stated in the header)."""
 _CLONE_NEWNET = 0x40000000
-DISK_BYTES = 256 << 20
-"""The size of each bookie's ledger disk (a tmpfs) when the ``disk`` family runs."""
-DISK_SETTINGS = ("diskCheckInterval=500", "diskUsageThreshold=0.90", "diskUsageLwmThreshold=0.80")
-"""Fast disk checks; read-only above 90 % used, writable again below 80 %."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +85,13 @@ class RunOptions:
     journeys: bool = True
     bugs: list[str] = field(default_factory=list)
     metadata: str = "sqlite"
-    """``sqlite`` (a file every node sees) or ``zk`` (a ZooKeeper server in node ``zk1``)."""
+    """``sqlite`` (a file every node sees) or ``zk`` (ZooKeeper servers in nodes ``zk1``..)."""
+    zookeepers: int = 3
+    """ZooKeeper servers with ``zk`` metadata (1 or 3), each in a node of its own."""
+
+    @property
+    def zookeeper_nodes(self) -> list[str]:
+        return zookeeper_nodes(self.zookeepers) if self.metadata == "zk" else []
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -111,6 +108,7 @@ class RunOptions:
             "journeys": self.journeys,
             "bugs": self.bugs,
             "metadata": self.metadata,
+            "zookeepers": len(self.zookeeper_nodes),
             "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
         }
 
@@ -120,7 +118,7 @@ def replay_command(history: Path) -> str:
 
 
 @contextlib.contextmanager
-def _in_namespace(namespace: str) -> Any:
+def in_namespace(namespace: str) -> Any:
     """The calling thread in ``namespace``'s network namespace for the block."""
     libc = ctypes.CDLL(None, use_errno=True)
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
@@ -138,116 +136,6 @@ def _in_namespace(namespace: str) -> Any:
 
 
 @dataclass
-class Bookies:
-    """The run's bookie processes by node, and how to hurt them."""
-
-    live: LiveNetwork
-    root: Path
-    uri: str
-    extra: list[str] = field(default_factory=list)
-    small_disks: bool = False
-    """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
-    procs: dict[str, LocalBookie] = field(default_factory=dict)
-    mounts: list[Path] = field(default_factory=list)
-    lazy: dict[str, LazyMount] = field(default_factory=dict)
-    """Each bookie's lazy disk (the ``power`` family): its journal and ledgers are there."""
-
-    @property
-    def ids(self) -> dict[str, str]:
-        """Node name by bookie id."""
-        return {f"{self.live.net.address(n)}:{BOOKIE_PORT}": n for n in self.procs}
-
-    def _settings(self, node: str) -> list[str]:
-        address = self.live.net.address(node)
-        return bookie_settings(
-            self.root / node,
-            f"metadataServiceUri={self.uri}",
-            f"bookieAddress={address}",
-            f"bookiePort={BOOKIE_PORT}",
-            "autoRecoveryDaemonEnabled=true",
-            *(DISK_SETTINGS if self.small_disks else ()),
-            *self.extra,
-            *self._lazy_dirs(node),
-        )
-
-    def _lazy_dirs(self, node: str) -> list[str]:
-        if node not in self.lazy:
-            return []
-        mnt = self.lazy[node].mountpoint
-        return [f"journalDirectory={mnt}/journal", f"ledgerDirectories={mnt}/ledgers"]
-
-    def mount_disks(self, nodes: list[str]) -> None:
-        for node in nodes:
-            where = self.root / node / "ledgers"
-            where.mkdir(parents=True)
-            # The source names the run, so that `chaos cleanup` finds what a killed run left.
-            source = f"{self.live.net.hub}-{node}"
-            argv = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", source, str(where)]
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise OSError(f"mount -t tmpfs at {where} failed: {done.stderr.strip()}")
-            self.mounts.append(where)
-
-    def unmount_disks(self) -> None:
-        for where in self.mounts:
-            # Lazy: a bookie killed a moment ago may still hold a file open.
-            subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
-        self.mounts.clear()
-
-    def fill(self, node: str) -> None:
-        """A filler file that takes ``node``'s ledger disk to 95 % used."""
-        disk = self.root / node / "ledgers"
-        st = os.statvfs(disk)
-        missing = int((0.95 - (1.0 - st.f_bavail / st.f_blocks)) * DISK_BYTES)
-        with (disk / "filler").open("ab") as f:
-            f.write(bytes(max(0, missing)))
-
-    def free(self, node: str) -> None:
-        (self.root / node / "ledgers" / "filler").unlink(missing_ok=True)
-
-    def start(self, nodes: list[str], *, again: bool = False) -> None:
-        started = []
-        for node in nodes:
-            program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
-            bookie = spawn_bookie(
-                node,
-                self.root / node,
-                self._settings(node),
-                program=program,
-                new_root=not (again or self.small_disks or bool(self.lazy)),
-            )
-            self.procs[node] = bookie
-            started.append(bookie)
-        wait_ready(started, 60)
-
-    def signal(self, node: str, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.procs[node].proc.pid, sig)
-
-    def kill9(self, node: str) -> None:
-        self.signal(node, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.procs[node].proc.wait(timeout=10)
-        stdout = self.procs[node].proc.stdout
-        if stdout is not None:
-            stdout.close()
-
-    def stop_all(self) -> None:
-        for node, bookie in self.procs.items():
-            self.signal(node, signal.SIGCONT)
-            if bookie.proc.poll() is None:
-                bookie.proc.send_signal(signal.SIGTERM)
-        for bookie in self.procs.values():
-            try:
-                bookie.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                bookie.proc.kill()
-                bookie.proc.wait()
-            if bookie.proc.stdout is not None:
-                bookie.proc.stdout.close()
-
-
-@dataclass
 class Run:
     options: RunOptions
     live: LiveNetwork
@@ -255,6 +143,8 @@ class Run:
     rec: Recorder
     console: Console
     counts: dict[tuple[str, str], int]
+    autorecovery: AutoRecoveryDaemons
+    zookeepers: ZooKeepers | None = None
     started: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -264,25 +154,32 @@ class Run:
 
     def _network_fault(self, fault: PlannedFault) -> NetworkFault:
         net = self.live.net
-        if fault.kind == "isolate":
+        if fault.kind in ("isolate", "zk-isolate"):
             return Partition.isolate(net, fault.targets[0])
         if fault.kind == "split":
             return Partition.split(net, fault.targets)
         if fault.kind == "one-way":
             return OneWay.of([CLIENT], fault.targets)
         if fault.kind == "session-expiry":
-            return Partition.of(fault.targets, [ZOOKEEPER])
+            return Partition.of(fault.targets, self.options.zookeeper_nodes)
         others = [n for n in net.names if n not in fault.targets]
         return Loss.of(fault.targets, others, int(fault.params["percent"]))
 
+    def _processes(self, node: str) -> Bookies | AutoRecoveryDaemons:
+        return self.autorecovery if node in self.autorecovery.procs else self.bookies
+
     async def _inject(self, fault: PlannedFault) -> FaultRecord | None:
+        node = fault.targets[0]
+        if fault.kind == "zk-crash":
+            assert self.zookeepers is not None
+            await trio.to_thread.run_sync(self.zookeepers.crash, node)
+            return None
         if fault.family in ("net", "zk"):
             return await trio.to_thread.run_sync(self.live.start, self._network_fault(fault))
-        node = fault.targets[0]
         if fault.family == "pause":
-            self.bookies.signal(node, signal.SIGSTOP)
+            self._processes(node).signal(node, signal.SIGSTOP)
         elif fault.family == "crash":
-            await trio.to_thread.run_sync(self.bookies.kill9, node)
+            await trio.to_thread.run_sync(self._processes(node).kill9, node)
         elif fault.family == "disk":
             await trio.to_thread.run_sync(self.bookies.fill, node)
         elif fault.family == "power":
@@ -299,13 +196,21 @@ class Run:
             await trio.to_thread.run_sync(self.live.heal, record)
             return {}
         node = fault.targets[0]
-        if fault.family == "pause":
-            self.bookies.signal(node, signal.SIGCONT)
+        if fault.kind == "zk-crash":
+            assert self.zookeepers is not None
+            try:
+                await trio.to_thread.run_sync(self.zookeepers.restart, node)
+            except RuntimeError as exc:
+                self.notes.append(f"{node} did not serve again: {exc}".splitlines()[0])
+                return {"error": self.notes[-1]}
+        elif fault.family == "pause":
+            self._processes(node).signal(node, signal.SIGCONT)
         elif fault.family == "disk":
             self.bookies.free(node)
         elif fault.family in ("crash", "power"):
+            procs = self._processes(node)
             try:
-                await trio.to_thread.run_sync(lambda: self.bookies.start([node], again=True))
+                await trio.to_thread.run_sync(lambda: procs.start([node], again=True))
             except ClusterError as exc:
                 self.notes.append(f"{node} did not come back: {exc}".splitlines()[0])
                 return {"error": self.notes[-1]}
@@ -314,6 +219,9 @@ class Run:
     async def nemesis(self, schedule: list[PlannedFault]) -> None:
         for fault in schedule:
             await trio.sleep_until(self.started + fault.start)
+            # A fault injected late (the heal before it restarted a process) still lasts its
+            # length: a session expiry must outlast the session.
+            injected = trio.current_time()
             record = await self._inject(fault)
             handle: FaultHandle = self.rec.fault_start(
                 fault.kind, fault.targets, fault.params, down=fault.targets
@@ -321,7 +229,7 @@ class Run:
             self.say(
                 f"[yellow]fault {handle.id}[/yellow] {fault.describe()} for {fault.length:.1f} s"
             )
-            await trio.sleep_until(self.started + fault.end)
+            await trio.sleep_until(max(self.started + fault.end, injected + fault.length))
             result = await self._heal(fault, record)
             self.rec.fault_end(handle, **result)
             self.say(f"[green]healed {handle.id}[/green] {fault.kind} {result.get('error', '')}")
@@ -373,7 +281,7 @@ class Run:
     async def main(self, schedule: list[PlannedFault]) -> None:
         """The bookies (on their lazy disks, with the ``power`` family), the workloads and the
         nemesis, the final phase; the bookies stop before their disks go."""
-        nodes = [n for n in self.live.net.names if n not in (CLIENT, ZOOKEEPER)]
+        nodes = [f"b{i}" for i in range(1, self.options.bookies + 1)]
         async with contextlib.AsyncExitStack() as stack:
             if "power" in self.options.families:
                 for node in nodes:
@@ -388,9 +296,11 @@ class Run:
                     )
             try:
                 await trio.to_thread.run_sync(self.bookies.start, nodes)
+                await trio.to_thread.run_sync(self.autorecovery.start, AUTORECOVERY_NODES)
                 await self._workloads(schedule)
             finally:
                 with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.autorecovery.stop_all)
                     await trio.to_thread.run_sync(self.bookies.stop_all)
 
     async def _workloads(self, schedule: list[PlannedFault]) -> None:
@@ -428,7 +338,7 @@ class Run:
                     journeys = Journeys(
                         self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
                         self.bookies.uri, self.bookies.ids, bk, random.Random(opts.seed + 1), end,
-                        zookeeper=[ZOOKEEPER] if opts.metadata == "zk" else [],
+                        zookeeper=opts.zookeeper_nodes,
                     )  # fmt: skip
                     nursery.start_soon(journeys.run)
                 nursery.start_soon(self.nemesis, schedule)
@@ -437,6 +347,8 @@ class Run:
             self.live.heal_all()
             for node in self.bookies.procs:
                 self.bookies.signal(node, signal.SIGCONT)
+            for node in self.autorecovery.procs:
+                self.autorecovery.signal(node, signal.SIGCONT)
             self.say("workloads done, every fault healed")
             await self.final_phase(work, bk)
 
@@ -463,9 +375,16 @@ def run_schedule(options: RunOptions, console: Console) -> int:
     if history_path.exists():
         raise FileExistsError(f"{history_path} exists: give --out a new directory")
     bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
-    schedule = plan_schedule(options.seed, options.duration, options.families, bookies)
-    zk = [ZOOKEEPER] if options.metadata == "zk" else []
-    plan = TestNetwork.plan([*bookies, CLIENT, *zk])
+    zk = options.zookeeper_nodes
+    schedule = plan_schedule(
+        options.seed,
+        options.duration,
+        options.families,
+        bookies,
+        zookeepers=zk,
+        autorecovery=AUTORECOVERY_NODES,
+    )
+    plan = TestNetwork.plan([*bookies, CLIENT, *zk, *AUTORECOVERY_NODES])
     uri = f"sqlite:///{out.resolve()}/metadata.db"
     counts: dict[tuple[str, str], int] = {}
     kinds: dict[int, str] = {}
@@ -492,7 +411,7 @@ def _run(
 ) -> int:
     out = options.out
     history_path = out / HISTORY_NAME
-    bookies = [n for n in plan.names if n not in (CLIENT, ZOOKEEPER)]
+    bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
 
     with JsonLinesSink(history_path) as sink, LiveNetwork(plan) as live:
 
@@ -508,7 +427,8 @@ def _run(
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
         bugs = [BUGS[name][0] for name in options.bugs]
         nodes = Bookies(live, out / "bookies", uri, bugs, small_disks="disk" in options.families)
-        run = Run(options, live, nodes, rec, console, counts)
+        daemons = AutoRecoveryDaemons(live, out / "autorecovery", uri)
+        run = Run(options, live, nodes, rec, console, counts, daemons)
         console.print(
             f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
             f"families {','.join(options.families) or 'none'}, {options.bookies} bookies, "
@@ -518,24 +438,21 @@ def _run(
         try:
             # In c1's namespace from here: the ZooKeeper server's readiness check, like the
             # workloads, must reach the nodes' addresses (the root namespace has no route).
-            with _in_namespace(plan.node(CLIENT).namespace), contextlib.ExitStack() as stack:
+            with in_namespace(plan.node(CLIENT).namespace), contextlib.ExitStack() as stack:
                 if options.metadata == "zk":
-                    server = stack.enter_context(
-                        running_zookeeper(
-                            out / "zookeeper",
-                            host=plan.address(ZOOKEEPER),
-                            port=2181,
-                            prefix=plan.exec_argv(ZOOKEEPER, []),
-                        )
+                    run.zookeepers = stack.enter_context(
+                        running_zookeepers(plan, options.zookeeper_nodes, out / "zookeeper")
                     )
-                    nodes.uri = server.uri("/ledgers")
+                    nodes.uri = daemons.uri = run.zookeepers.uri("/ledgers")
                 if nodes.small_disks:
                     nodes.mount_disks(bookies)
                 try:
                     trio.run(run.main, schedule)
                 finally:
+                    daemons.stop_all()
                     nodes.stop_all()
         finally:
+            daemons.stop_all()
             nodes.stop_all()
             nodes.unmount_disks()
     for note in run.notes:

@@ -17,15 +17,26 @@ least once.
   ``diskUsageThreshold``; the bookie turns read-only, and writable again once it is removed;
 * ``power``: ``power-loss``, SIGKILL and the bookie's lazy disk forgets what was not synced
   (the last write torn in some), then the bookie starts again; not in ``all``;
-* ``zk``: ``session-expiry``, a bookie and the ZooKeeper server cut off from each other for
-  longer than the session lasts (``ZK_FAULT_SECONDS``); needs ZooKeeper as the metadata store.
+* ``zk``: ``session-expiry``, a bookie and every ZooKeeper server cut off from each other
+  for longer than the session lasts (``ZK_FAULT_SECONDS``); with an ensemble of three also
+  ``zk-crash`` (SIGKILL one server, started again at the heal) and ``zk-isolate`` (one server
+  cut off from every node); needs ZooKeeper as the metadata store.
+
+Given ZooKeeper servers (``zookeepers``, three), a ``split`` puts one of them on the bookies'
+minority side, the client and the others on the majority's; given auto-recovery nodes
+(``autorecovery``), ``crash`` and ``pause`` draw their target from them as well as from the
+bookies. One fault at a time keeps at most one bookie, one ZooKeeper server (a quorum of
+three stays) and one auto-recovery daemon away at any moment.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["FAMILIES", "PlannedFault", "parse_families", "plan_schedule"]
 
@@ -34,7 +45,8 @@ FAMILIES: dict[str, str] = {
     "pause": "SIGSTOP a bookie, then SIGCONT",
     "crash": "SIGKILL a bookie, then start it again on its directories",
     "disk": "fill a bookie's ledger disk (a small tmpfs) until it turns read-only, then free it",
-    "zk": "cut a bookie off from the ZooKeeper server long enough for its session to expire",
+    "zk": "cut a bookie off from ZooKeeper long enough for its session to expire; with three "
+    "servers, also SIGKILL one server (started again at the heal) or cut one off",
     "power": "SIGKILL a bookie and make its disk (a lazy file system) forget every unsynced "
     "write, tearing the last one in some; then start it again",
 }
@@ -63,7 +75,8 @@ class PlannedFault:
     family: str
     kind: str
     targets: tuple[str, ...]
-    """The bookies it hits (``down``: they cannot serve clients while it lasts)."""
+    """The nodes it hits (bookies, ZooKeeper servers, auto-recovery daemons); each is
+    ``down`` in the fault record: it cannot do its part while the fault lasts."""
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -92,14 +105,22 @@ def parse_families(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+ZK_KINDS = ("session-expiry", "zk-crash", "zk-isolate")
+"""The ``zk`` family's kinds with an ensemble of three or more (one server: the first only)."""
+
+
 def _net_fault(
-    rng: random.Random, bookies: list[str]
+    rng: random.Random, bookies: list[str], zookeepers: Sequence[str]
 ) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     kind = rng.choice(["isolate", "split", "one-way", "loss"])
     if kind == "split" and len(bookies) >= 3:
-        # A minority: fewer than half of the bookies, the client on the majority's side.
+        # A minority: fewer than half of the bookies, the client on the majority's side;
+        # with an ensemble, a minority of its servers goes with them.
         size = rng.randint(1, (len(bookies) - 1) // 2)
-        return kind, tuple(sorted(rng.sample(bookies, size))), {}
+        minority = rng.sample(bookies, size)
+        if len(zookeepers) >= 3:
+            minority += rng.sample(list(zookeepers), rng.randint(1, (len(zookeepers) - 1) // 2))
+        return kind, tuple(sorted(minority)), {}
     target = rng.choice(bookies)
     if kind == "loss":
         return kind, (target,), {"percent": rng.choice([30, 40, 50, 60])}
@@ -108,10 +129,28 @@ def _net_fault(
     return kind, (target,), {}
 
 
+def _zk_fault(
+    rng: random.Random, bookies: list[str], zookeepers: Sequence[str]
+) -> tuple[str, tuple[str, ...]]:
+    if len(zookeepers) < 3:
+        return "session-expiry", (rng.choice(bookies),)
+    kind = rng.choice(ZK_KINDS)
+    if kind == "session-expiry":
+        return kind, (rng.choice(bookies),)
+    return kind, (rng.choice(list(zookeepers)),)
+
+
 def plan_schedule(
-    seed: int, duration: float, families: list[str], bookies: list[str]
+    seed: int,
+    duration: float,
+    families: list[str],
+    bookies: list[str],
+    *,
+    zookeepers: Sequence[str] = (),
+    autorecovery: Sequence[str] = (),
 ) -> list[PlannedFault]:
-    """Faults within ``duration`` seconds: each ends by then, one at a time."""
+    """Faults within ``duration`` seconds: each ends by then, one at a time. ``zookeepers``
+    and ``autorecovery`` name those nodes (none: the faults hit bookies alone)."""
     rng = random.Random(seed)
     if not families:
         return []
@@ -126,13 +165,15 @@ def plan_schedule(
             break
         params: dict[str, Any] = {}
         if family == "net":
-            kind, targets, params = _net_fault(rng, bookies)
+            kind, targets, params = _net_fault(rng, bookies, zookeepers)
         elif family == "zk":
-            kind, targets = "session-expiry", (rng.choice(bookies),)
+            kind, targets = _zk_fault(rng, bookies, zookeepers)
         elif family == "power":
             kind, targets = "power-loss", (rng.choice(bookies),)
             tear = rng.choice(TEARS)
             params = {} if tear is None else {"tear": tear}
+        elif family in ("crash", "pause"):
+            kind, targets = family, (rng.choice([*bookies, *autorecovery]),)
         else:
             kind, targets = family, (rng.choice(bookies),)
         faults.append(PlannedFault(round(t, 3), length, family, kind, targets, params))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bookiesim.client.errors import BKError
+from bookiesim.metadata.errors import MetadataError
 
 if TYPE_CHECKING:
     import random
@@ -110,6 +111,10 @@ class Workloads:
             self.rec.unknown(handle, f"no answer within {OP_TIMEOUT:.0f} s")
         except BKError as exc:
             self.rec.fail(handle, _short(exc))
+        except MetadataError as exc:
+            # A metadata write that met a lost ZooKeeper connection (its server crashed or cut
+            # off) may or may not have been applied.
+            self.rec.unknown(handle, _short(exc))
         return False, None
 
     async def writer(self, spec: WriterSpec, index: int) -> None:

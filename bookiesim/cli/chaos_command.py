@@ -115,8 +115,14 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
         "--metadata",
         choices=["sqlite", "zk"],
         default="sqlite",
-        help="sqlite (default: a file every node sees) or zk (a ZooKeeper server in a node of "
-        "its own; needs java and ZooKeeper's jar)",
+        help="sqlite (default: a file every node sees) or zk (ZooKeeper servers, each in a node "
+        "of its own; needs java and ZooKeeper's jar)",
+    )
+    parser.add_argument(
+        "--zookeepers",
+        type=int,
+        default=3,
+        help="ZooKeeper servers with --metadata zk: 3 (default, an ensemble in zk1..zk3) or 1",
     )
     parser.add_argument(
         "--bug",
@@ -142,6 +148,8 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
     if max(w.ensemble for w in writers) > args.bookies:
         raise ValueError(f"a writer's ensemble is larger than --bookies {args.bookies}")
     families = parse_families(args.families)
+    if args.zookeepers not in (1, 3):
+        raise ValueError("--zookeepers must be 1 or 3")
     if {"disk", "power"} <= set(families):
         raise ValueError(
             "the disk and power families cannot run together (a bookie's ledger disk is "
@@ -161,6 +169,7 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         journeys=not args.no_journeys,
         bugs=list(args.bug),
         metadata=args.metadata,
+        zookeepers=args.zookeepers,
     )
 
 
@@ -215,6 +224,8 @@ def _replay(args: argparse.Namespace) -> int:
             no_journeys=not meta.get("journeys", True),
             bug=list(meta.get("bugs", [])),
             metadata=meta.get("metadata", "sqlite"),
+            # A run from before ensembles had one server.
+            zookeepers=int(meta.get("zookeepers") or 1),
         )
     except (OSError, HistoryError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
@@ -252,6 +263,7 @@ def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
     argv += ["--duration", str(options.duration), "--bookies", str(options.bookies)]
     argv += ["--families", ",".join(options.families) or "none", "--out", str(out)]
     argv += ["--metadata", options.metadata, "--writers", ",".join(options.meta()["writers"])]
+    argv += ["--zookeepers", str(options.zookeepers)]
     for bug in options.bugs:
         argv += ["--bug", bug]
     return argv + ([] if options.journeys else ["--no-journeys"])

@@ -215,7 +215,10 @@ def wait_ready(bookies: Sequence[LocalBookie], timeout: float) -> None:
 def _parse_ready(bookie: LocalBookie, line: bytes) -> None:
     try:
         ready = json.loads(line)
-        bookie.bookie_port = int(ready["bookiePort"])
+        # An auto-recovery daemon (``bookiesim autorecovery``) announces only the id it votes
+        # with, ``address:port``.
+        port = ready["bookiePort"] if "bookiePort" in ready else ready["bookieId"].rsplit(":", 1)[1]
+        bookie.bookie_port = int(port)
         # No admin API (the transport floor) announces no httpServerPort.
         bookie.http_port = int(ready.get("httpServerPort", 0))
     except (ValueError, KeyError, TypeError) as exc:

@@ -74,6 +74,8 @@ T = TypeVar("T")
 DEFAULT_PORT: Final = 2181
 DEFAULT_SESSION_TIMEOUT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+READ_RETRY_DELAY: Final = 0.2
+"""Seconds between the tries of a read that met a lost connection."""
 _SCHEME: Final = re.compile(r"zk(\+[A-Za-z0-9_-]+)?")
 _HOST: Final = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:(\d{1,5}))?")
 
@@ -197,7 +199,7 @@ class ZkStore:
                 return None
             return Versioned(bytes(value or b""), int(stat.version), int(stat.ephemeralOwner))
 
-        return await self._call(path, call)
+        return await self._read(path, call)
 
     async def create(
         self,
@@ -266,7 +268,7 @@ class ZkStore:
         def call(c: Any) -> list[str]:
             return sorted(str(n) for n in c.get_children_async(path).get(timeout=self.op_timeout))
 
-        return await self._call(path, call)
+        return await self._read(path, call)
 
     @asynccontextmanager
     async def watch(self, path: str) -> AsyncIterator[AsyncIterator[Change]]:
@@ -404,6 +406,20 @@ class ZkStore:
                 raise _translate(exc, path, self._uri) from exc
 
         return await trio.to_thread.run_sync(run)
+
+    async def _read(self, path: str, fn: Callable[[Any], T]) -> T:
+        """A read, tried again while the connection is lost, for up to ``op_timeout``: kazoo
+        moves to another server of the ensemble meanwhile, and a read changed nothing, so
+        trying it again is safe (upstream's ZooKeeperClient retries on ConnectionLoss too).
+        Writes are not: whether one that met a lost connection was applied is unknown."""
+        deadline = trio.current_time() + self.op_timeout
+        while True:
+            try:
+                return await self._call(path, fn)
+            except StoreUnavailableError:
+                if self._closed or trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(READ_RETRY_DELAY)
 
     def _version_now(self, c: Any, path: str) -> int | None:
         """The node's version right after a BadVersion (ZooKeeper does not report it)."""

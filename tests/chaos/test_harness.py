@@ -68,27 +68,51 @@ def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path:
     assert "bookie is read-only: every ledger directory is full" in logs
 
 
-def test_a_session_expiry_on_zookeeper_and_a_torn_power_loss_have_no_violation(
+def test_a_session_expiry_on_an_ensemble_a_daemon_crash_and_a_torn_power_loss_have_no_violation(
     tmp_path: Path,
 ) -> None:
     need_network()
     need_zookeeper()
     need_fuse()
-    # Seed 2's 22 s: a power loss tearing 12 bytes of the last unsynced write, then a session
-    # expiry.
-    kinds = [f.kind for f in plan_schedule(2, 22, ["zk", "power"], ["b1", "b2", "b3", "b4"])]
-    assert kinds == ["power-loss", "session-expiry"]
+    # Seed 277's 26 s on three ZooKeeper servers (zk1..zk3) and two auto-recovery nodes: a
+    # power loss tearing 100 bytes of the last unsynced write, a crash of an auto-recovery
+    # daemon, then a bookie cut off from every ZooKeeper server past its session.
+    schedule = plan_schedule(
+        277,
+        26,
+        ["zk", "power", "crash"],
+        ["b1", "b2", "b3", "b4"],
+        zookeepers=["zk1", "zk2", "zk3"],
+        autorecovery=["ar1", "ar2"],
+    )
+    assert [f.describe() for f in schedule] == [
+        "power-loss b4 tear=100",
+        "crash ar1",
+        "session-expiry b2",
+    ]
     out = tmp_path / "zk"
-    args = ["--seed", "2", "--duration", "22", "--metadata", "zk", "--families", "zk,power"]
-    done = _chaos("run", *args, "--out", str(out))
+    args = ["--seed", "277", "--duration", "26", "--metadata", "zk", "--zookeepers", "3"]
+    done = _chaos("run", *args, "--families", "zk,power,crash", "--out", str(out))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = _summary(out)
-    assert summary["faults"] == {"power-loss": 1, "session-expiry": 1}
+    assert summary["faults"] == {"power-loss": 1, "crash": 1, "session-expiry": 1}
     assert summary["violations"] == {}
     assert summary["skipped"] == []
     assert "dropped=" in done.stdout  # the lazy disk's report of what it forgot
     logs = "".join(p.read_text() for p in out.glob("bookies/*/bookie.log"))
     assert "vanished (session expired?); registering again" in logs
+    assert "bookiesim.autorecovery" not in logs  # the bookies run none of it
+    # The daemons ran in their nodes (ar1 twice: started again after its crash), each stopped
+    # by SIGTERM at the end; three servers served the bookies.
+    for node, runs in (("ar1", 2), ("ar2", 1)):
+        log = (out / "autorecovery" / node / "bookie.log").read_text()
+        assert log.count(" running\n") == runs, log[-2000:]
+        assert log.count("received SIGTERM, stopping") == 1, log[-2000:]
+    assert sorted(p.parent.name for p in out.glob("zookeeper/zk*/zookeeper.log")) == [
+        "zk1",
+        "zk2",
+        "zk3",
+    ]
     with open("/proc/self/mounts") as mounts:
         assert str(out) not in mounts.read()
 

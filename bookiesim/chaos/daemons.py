@@ -1,0 +1,220 @@
+"""The run's processes in their nodes: the bookies (``b1``..``bN``) and the auto-recovery
+daemons (``ar1``, ``ar2``), how they start, how the faults hurt them, how they stop.
+
+Bookies run with ``autoRecoveryDaemonEnabled=false``: auto-recovery (the auditor election and
+the replication workers) runs in ``bookiesim autorecovery`` processes of its own, as upstream's
+``AutoRecoveryMain`` on separate hosts, so a fault can take a bookie or an auto-recovery
+daemon away without the other. Both kinds are ``spawn_bookie`` children (their own session,
+stdout a pipe for the JSON ready line, stderr into ``<dir>/bookie.log``) and both stop with
+SIGTERM, SIGKILL after 20 s, on every exit path of the harness.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bookiesim.cluster.processes import (
+    BOOKIE_PROGRAM,
+    LocalBookie,
+    bookie_settings,
+    spawn_bookie,
+    wait_ready,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bookiesim.chaos.lazyfs.mount import LazyMount
+    from bookiesim.chaos.netns import LiveNetwork
+
+__all__ = [
+    "AUTORECOVERY_NODES",
+    "AUTORECOVERY_PROGRAM",
+    "BOOKIE_PORT",
+    "DISK_BYTES",
+    "DISK_SETTINGS",
+    "AutoRecoveryDaemons",
+    "Bookies",
+]
+
+BOOKIE_PORT = 3181
+AUTORECOVERY_NODES = ("ar1", "ar2")
+"""Two daemons: one wins the auditor election, the other takes over when it goes."""
+AUTORECOVERY_PROGRAM = (sys.executable, "-m", "bookiesim", "autorecovery")
+DISK_BYTES = 256 << 20
+"""The size of each bookie's ledger disk (a tmpfs) when the ``disk`` family runs."""
+DISK_SETTINGS = ("diskCheckInterval=500", "diskUsageThreshold=0.90", "diskUsageLwmThreshold=0.80")
+"""Fast disk checks; read-only above 90 % used, writable again below 80 %."""
+STOP_SECONDS = 20
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    if proc.poll() is not None:
+        return  # reaped: its pid may be another process's by now
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, sig)
+
+
+def _kill9(proc: subprocess.Popen[bytes]) -> None:
+    _signal(proc, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _stop(procs: list[LocalBookie]) -> None:
+    """SIGCONT (a paused one cannot take SIGTERM), SIGTERM, then SIGKILL past the timeout."""
+    for child in procs:
+        _signal(child.proc, signal.SIGCONT)
+        if child.proc.poll() is None:
+            _signal(child.proc, signal.SIGTERM)
+    for child in procs:
+        try:
+            child.exit_code = child.proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            child.proc.wait()
+            child.killed = True
+        if child.proc.stdout is not None:
+            child.proc.stdout.close()
+
+
+@dataclass
+class Bookies:
+    """The run's bookie processes by node, and how to hurt them."""
+
+    live: LiveNetwork
+    root: Path
+    uri: str
+    extra: list[str] = field(default_factory=list)
+    small_disks: bool = False
+    """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
+    procs: dict[str, LocalBookie] = field(default_factory=dict)
+    mounts: list[Path] = field(default_factory=list)
+    lazy: dict[str, LazyMount] = field(default_factory=dict)
+    """Each bookie's lazy disk (the ``power`` family): its journal and ledgers are there."""
+
+    @property
+    def ids(self) -> dict[str, str]:
+        """Node name by bookie id."""
+        return {f"{self.live.net.address(n)}:{BOOKIE_PORT}": n for n in self.procs}
+
+    def _settings(self, node: str) -> list[str]:
+        address = self.live.net.address(node)
+        return bookie_settings(
+            self.root / node,
+            f"metadataServiceUri={self.uri}",
+            f"bookieAddress={address}",
+            f"bookiePort={BOOKIE_PORT}",
+            "autoRecoveryDaemonEnabled=false",
+            *(DISK_SETTINGS if self.small_disks else ()),
+            *self.extra,
+            *self._lazy_dirs(node),
+        )
+
+    def _lazy_dirs(self, node: str) -> list[str]:
+        if node not in self.lazy:
+            return []
+        mnt = self.lazy[node].mountpoint
+        return [f"journalDirectory={mnt}/journal", f"ledgerDirectories={mnt}/ledgers"]
+
+    def mount_disks(self, nodes: list[str]) -> None:
+        for node in nodes:
+            where = self.root / node / "ledgers"
+            where.mkdir(parents=True)
+            # The source names the run, so that `chaos cleanup` finds what a killed run left.
+            source = f"{self.live.net.hub}-{node}"
+            argv = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", source, str(where)]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise OSError(f"mount -t tmpfs at {where} failed: {done.stderr.strip()}")
+            self.mounts.append(where)
+
+    def unmount_disks(self) -> None:
+        for where in self.mounts:
+            # Lazy: a bookie killed a moment ago may still hold a file open.
+            subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+        self.mounts.clear()
+
+    def fill(self, node: str) -> None:
+        """A filler file that takes ``node``'s ledger disk to 95 % used."""
+        disk = self.root / node / "ledgers"
+        st = os.statvfs(disk)
+        missing = int((0.95 - (1.0 - st.f_bavail / st.f_blocks)) * DISK_BYTES)
+        with (disk / "filler").open("ab") as f:
+            f.write(bytes(max(0, missing)))
+
+    def free(self, node: str) -> None:
+        (self.root / node / "ledgers" / "filler").unlink(missing_ok=True)
+
+    def start(self, nodes: list[str], *, again: bool = False) -> None:
+        started = []
+        for node in nodes:
+            program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
+            bookie = spawn_bookie(
+                node,
+                self.root / node,
+                self._settings(node),
+                program=program,
+                new_root=not (again or self.small_disks or bool(self.lazy)),
+            )
+            self.procs[node] = bookie
+            started.append(bookie)
+        wait_ready(started, 60)
+
+    def signal(self, node: str, sig: signal.Signals) -> None:
+        _signal(self.procs[node].proc, sig)
+
+    def kill9(self, node: str) -> None:
+        _kill9(self.procs[node].proc)
+
+    def stop_all(self) -> None:
+        _stop(list(self.procs.values()))
+
+
+@dataclass
+class AutoRecoveryDaemons:
+    """``bookiesim autorecovery`` processes by node (``ar1``, ``ar2``), each in its namespace
+    and voting with its node's address (``bookieAddress``); their logs in ``root/<node>/``."""
+
+    live: LiveNetwork
+    root: Path
+    uri: str
+    procs: dict[str, LocalBookie] = field(default_factory=dict)
+
+    def _settings(self, node: str) -> list[str]:
+        address = self.live.net.address(node)
+        return [
+            f"metadataServiceUri={self.uri}",
+            f"bookieAddress={address}",
+            f"bookiePort={BOOKIE_PORT}",
+            "httpServerHost=127.0.0.1",
+            "httpServerPort=0",
+        ]
+
+    def start(self, nodes: list[str] | tuple[str, ...], *, again: bool = False) -> None:
+        started = []
+        for node in nodes:
+            program = self.live.net.exec_argv(node, AUTORECOVERY_PROGRAM)
+            daemon = spawn_bookie(
+                node, self.root / node, self._settings(node), program=program, new_root=not again
+            )
+            self.procs[node] = daemon
+            started.append(daemon)
+        wait_ready(started, 60)
+
+    def signal(self, node: str, sig: signal.Signals) -> None:
+        _signal(self.procs[node].proc, sig)
+
+    def kill9(self, node: str) -> None:
+        _kill9(self.procs[node].proc)
+
+    def stop_all(self) -> None:
+        _stop(list(self.procs.values()))

@@ -1,0 +1,72 @@
+"""A ZooKeeper ensemble of three servers, each in a node of its own (as ``chaos run --metadata
+zk`` lays it out): a client in another node writes through it, the leader is killed (SIGKILL)
+and the two left elect a new one and take writes, the killed one starts again on its data
+directory, rejoins, and serves what was written while it was down."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
+
+from bookiesim.chaos.harness import in_namespace
+from bookiesim.chaos.netns import LiveNetwork
+from bookiesim.chaos.network import TestNetwork
+from bookiesim.chaos.zookeepers import running_zookeepers, zookeeper_nodes
+from tests.chaos.test_netns import need_network
+from tests.missing import need_zookeeper
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _client(hosts: str) -> KazooClient:
+    retry = KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0, deadline=20.0)
+    client = KazooClient(hosts=hosts, timeout=5.0, connection_retry=retry, command_retry=retry)
+    client.start(timeout=20)
+    return client
+
+
+def test_an_ensemble_of_three_takes_writes_with_its_leader_killed_and_the_leader_rejoins(
+    tmp_path: Path,
+) -> None:
+    need_network()
+    need_zookeeper()
+    nodes = zookeeper_nodes(3)
+    plan = TestNetwork.plan([*nodes, "c1"])
+    with (
+        LiveNetwork(plan) as live,
+        in_namespace(plan.node("c1").namespace),
+        running_zookeepers(live.net, nodes, tmp_path / "zk") as zks,
+    ):
+        assert zks.uri("/ledgers") == (
+            f"zk://{plan.address('zk1')}:2181;{plan.address('zk2')}:2181;"
+            f"{plan.address('zk3')}:2181/ledgers"
+        )
+        modes = {m.myid: m.mode() for m in zks.ensemble.members}
+        assert sorted(str(mode) for mode in modes.values()) == ["follower", "follower", "leader"]
+        leader = next(f"zk{myid}" for myid, mode in modes.items() if mode == "leader")
+
+        client = _client(zks.ensemble.hosts)
+        try:
+            client.create("/before", b"1")
+            zks.crash(leader)
+            client.retry(client.create, "/during", b"2")
+            assert sorted(zks.serving()) == sorted(n for n in nodes if n != leader)
+            zks.restart(leader)
+            assert sorted(zks.serving()) == nodes
+        finally:
+            client.stop()
+            client.close()
+
+        # The restarted server alone: it has what was written before and while it was down.
+        alone = _client(zks.ensemble.member(int(leader[2:])).address)
+        try:
+            alone.sync("/")
+            assert alone.get("/before")[0] == b"1"
+            assert alone.get("/during")[0] == b"2"
+        finally:
+            alone.stop()
+            alone.close()
+    assert all(m.proc is None for m in zks.ensemble.members)
