@@ -29,17 +29,18 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
+from bookiesim.chaos.journey_cluster import ClusterJourney
 from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
 from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
 from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
 from bookiesim.chaos.network import TestNetwork
 from bookiesim.chaos.report import report_run
+from bookiesim.chaos.target import CURRENT, Target
 from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
 from bookiesim.client.bookkeeper import BookKeeper
 from bookiesim.client.context import ClientConfig
 from bookiesim.cluster.processes import (
-    BOOKIE_PROGRAM,
     ClusterError,
     LocalBookie,
     bookie_settings,
@@ -91,15 +92,19 @@ class RunOptions:
     bookies: int
     out: Path
     writers: list[WriterSpec]
-    journeys: bool = True
+    journeys: tuple[str, ...] = ("ledger",)
+    """The command-line journeys: ``ledger`` (create, write, ...) and ``cluster``."""
     bugs: list[str] = field(default_factory=list)
     metadata: str = "sqlite"
     """``sqlite`` (a file every node sees) or ``zk`` (a ZooKeeper server in node ``zk1``)."""
+    target: Target = CURRENT
+    """The bookiesim the bookies and the journeys run (``--bookiesim-from``)."""
 
     def meta(self) -> dict[str, Any]:
         return {
             "run": self.out.name,
-            "target": "bookiesim",
+            "target": self.target.name,
+            **({"target_commit": self.target.commit} if self.target.commit else {}),
             "seed": self.seed,
             "duration": self.duration,
             "families": self.families,
@@ -108,7 +113,7 @@ class RunOptions:
                 f"{w.ensemble}/{w.write_quorum}/{w.ack_quorum}{'v2' if w.v2 else ''}"
                 for w in self.writers
             ],
-            "journeys": self.journeys,
+            "journeys": list(self.journeys),
             "bugs": self.bugs,
             "metadata": self.metadata,
             "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
@@ -145,6 +150,7 @@ class Bookies:
     root: Path
     uri: str
     extra: list[str] = field(default_factory=list)
+    target: Target = CURRENT
     small_disks: bool = False
     """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
     procs: dict[str, LocalBookie] = field(default_factory=dict)
@@ -208,7 +214,13 @@ class Bookies:
     def start(self, nodes: list[str], *, again: bool = False) -> None:
         started = []
         for node in nodes:
-            program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
+            refused = self.target.unknown_keys(self._settings(node))
+            if refused:
+                raise ClusterError(
+                    f"{self.target.describe()} does not know the setting(s) "
+                    f"{', '.join(refused)} this run needs (a family or bug switch added later)"
+                )
+            program = self.live.net.exec_argv(node, self.target.bookie_program())
             bookie = spawn_bookie(
                 node,
                 self.root / node,
@@ -424,13 +436,20 @@ class Run:
                     nursery.start_soon(work.writer, spec, i)
                 nursery.start_soon(work.tailer)
                 nursery.start_soon(work.recoverer)
-                if opts.journeys:
+                if "ledger" in opts.journeys:
                     journeys = Journeys(
                         self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
                         self.bookies.uri, self.bookies.ids, bk, random.Random(opts.seed + 1), end,
                         zookeeper=[ZOOKEEPER] if opts.metadata == "zk" else [],
+                        bookiesim=opts.target.bookiesim(),
                     )  # fmt: skip
                     nursery.start_soon(journeys.run)
+                if "cluster" in opts.journeys:
+                    cluster = ClusterJourney(
+                        self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
+                        opts.target.bookiesim(), opts.out / "cluster-journey",
+                    )  # fmt: skip
+                    nursery.start_soon(cluster.run)
                 nursery.start_soon(self.nemesis, schedule)
                 nursery.start_soon(self._progress, end)
             # Anything left hurt (none, once the nemesis ran to its end) is healed here.
@@ -507,12 +526,15 @@ def _run(
 
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
         bugs = [BUGS[name][0] for name in options.bugs]
-        nodes = Bookies(live, out / "bookies", uri, bugs, small_disks="disk" in options.families)
+        nodes = Bookies(
+            live, out / "bookies", uri, bugs, options.target, "disk" in options.families
+        )
         run = Run(options, live, nodes, rec, console, counts)
         console.print(
             f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
             f"families {','.join(options.families) or 'none'}, {options.bookies} bookies, "
-            f"out {out}",
+            f"out {out}"
+            + ("" if options.target.root is None else f"; {options.target.describe()}"),
             highlight=False,
         )
         try:
