@@ -5,8 +5,10 @@ comparison; the target of ``--bookiesim-from`` and its refusals."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -15,12 +17,16 @@ from hypothesis import strategies as st
 import bookiesim
 from bookiesim.chaos.checker import check_history
 from bookiesim.chaos.checker_liveness import journey_expectation
-from bookiesim.chaos.history import OpKind
+from bookiesim.chaos.history import JsonLinesSink, OpKind, Recorder
 from bookiesim.chaos.journey_cluster import cookie_problems, read_cookies
 from bookiesim.chaos.target import CURRENT, Target, TargetError, open_target, target_dir
+from bookiesim.cli import chaos_command
 from bookiesim.cli.main import main
 from bookiesim.metadata.cookies import Cookie
 from tests.chaos.histories import Builder
+
+if TYPE_CHECKING:
+    from bookiesim.chaos.harness import RunOptions
 
 BOOKIES = ["b1", "b2", "b3", "b4"]
 
@@ -228,3 +234,62 @@ def test_this_checkout_as_a_target_knows_its_keys(tmp_path: Path) -> None:
     assert target.keys is not None
     assert "diskUsageLwmThreshold" in target.keys
     assert target.unknown_keys(["bookiePort=0", "noSuchKey=1"]) == ["noSuchKey"]
+
+
+def test_replay_and_campaign_runs_repeat_the_target_and_the_journeys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = Path(bookiesim.__file__).parent.parent
+    parser = argparse.ArgumentParser()
+    chaos_command.register(parser.add_subparsers())
+    argv = ["chaos", "run", "--seed", "3", "--families", "crash", "--duration", "40"]
+    argv += ["--journeys", "ledger,cluster", "--bookiesim-from", str(root)]
+    options = chaos_command._options(parser.parse_args([*argv, "--out", str(tmp_path)]), tmp_path)
+    assert options.journeys == ("ledger", "cluster")
+    assert options.meta()["target"] == f"bookiesim@{root.resolve()}"
+    # A campaign's run command carries both.
+    run_argv = chaos_command._run_argv(options, 3, tmp_path)
+    again = chaos_command._options(parser.parse_args(run_argv[3:]), tmp_path)
+    assert again.target.root == options.target.root
+    assert again.journeys == options.journeys
+    # The replay reads them from the header.
+    out = tmp_path / "run"
+    out.mkdir()
+    with JsonLinesSink(out / "history.jsonl") as sink:
+        Recorder(sink, replay="r", meta=options.meta())
+    seen = replayed(monkeypatch)
+    assert main(["chaos", "replay", str(out)]) == 0
+    assert seen[0].target.root == root.resolve()
+    assert seen[0].journeys == ("ledger", "cluster")
+    assert seen[0].meta()["target"] == options.meta()["target"]
+
+
+def replayed(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
+    """The options the replay would run with, instead of the run."""
+    seen: list[RunOptions] = []
+
+    def one_run(options: RunOptions) -> int:
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr(chaos_command, "_cannot_run", lambda _options: None)
+    monkeypatch.setattr(chaos_command, "_one_run", one_run)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("journeys", "expected"), [(True, ("ledger",)), (False, ()), (["cluster"], ("cluster",))]
+)
+def test_a_header_from_before_the_cluster_journey_replays_its_journeys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journeys: object, expected: tuple[str, ...]
+) -> None:
+    meta = {"run": "r", "target": "bookiesim", "seed": 1, "duration": 10, "families": []}
+    meta |= {"bookies": 4, "writers": ["3/2/2"], "journeys": journeys}
+    out = tmp_path / "run"
+    out.mkdir()
+    with JsonLinesSink(out / "history.jsonl") as sink:
+        Recorder(sink, replay="r", meta=meta)
+    seen = replayed(monkeypatch)
+    assert main(["chaos", "replay", str(out)]) == 0
+    assert seen[0].journeys == expected
+    assert seen[0].target == CURRENT
