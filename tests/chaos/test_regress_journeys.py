@@ -6,19 +6,26 @@ comparison; the target of ``--bookiesim-from`` and its refusals."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
 import bookiesim
 from bookiesim.chaos.checker import check_history
 from bookiesim.chaos.checker_liveness import journey_expectation
-from bookiesim.chaos.history import JsonLinesSink, OpKind, Recorder
-from bookiesim.chaos.journey_cluster import cookie_problems, read_cookies
+from bookiesim.chaos.history import JsonLinesSink, OpKind, Recorder, parse_history
+from bookiesim.chaos.journey_cluster import (
+    ClusterJourney,
+    cookie_problems,
+    leftover_bookies,
+    read_cookies,
+)
 from bookiesim.chaos.target import CURRENT, Target, TargetError, open_target, target_dir
 from bookiesim.cli import chaos_command
 from bookiesim.cli.main import main
@@ -293,3 +300,16 @@ def test_a_header_from_before_the_cluster_journey_replays_its_journeys(
     assert main(["chaos", "replay", str(out)]) == 0
     assert seen[0].journeys == expected
     assert seen[0].target == CURRENT
+
+
+def test_the_cluster_journey_runs_clean_against_this_bookiesim(tmp_path: Path) -> None:
+    """Live, without namespaces: the journey's commands on this machine's loopback."""
+    records: list[dict[str, Any]] = []
+    rec = Recorder(records.append, replay="r", meta={})
+    journey = ClusterJourney(rec, "c1", list, CURRENT.bookiesim(), tmp_path / "cj")
+    trio.run(journey.run)
+    history = parse_history("".join(json.dumps(r) + "\n" for r in records))
+    steps = {op.args["step"]: (op.outcome, op.error) for op in history.ops}
+    assert steps == dict.fromkeys(CLUSTER_STEPS, ("ok", None))
+    assert check_history(history).valid
+    assert leftover_bookies(tmp_path / "cj" / "cluster") == []
