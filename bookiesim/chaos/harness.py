@@ -527,8 +527,9 @@ def _run(
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
         bugs = [BUGS[name][0] for name in options.bugs]
         nodes = Bookies(
-            live, out / "bookies", uri, bugs, options.target, "disk" in options.families
-        )
+            live, out / "bookies", uri, bugs, target=options.target,
+            small_disks="disk" in options.families,
+        )  # fmt: skip
         run = Run(options, live, nodes, rec, console, counts)
         console.print(
             f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
