@@ -290,9 +290,10 @@ class Journeys:
         members = [self.bookies.get(b, b) for b in ensemble]
         return {"ensemble": members, "write_quorum": metadata.write_quorum_size}
 
-    def _write_needs(self, needs: dict[str, Any], ack_quorum: int) -> dict[str, Any]:
-        """A write into a ledger another process created finds its end by ack-quorum coverage
-        (as upstream does), then replaces dead bookies of its ensemble from the others."""
+    def _end_finding_needs(self, needs: dict[str, Any], ack_quorum: int) -> dict[str, Any]:
+        """A write, close or recover of a ledger another process created finds its end by
+        ack-quorum coverage (as upstream does), then replaces dead bookies of its ensemble
+        from the others (to add, or to write back what recovery read)."""
         if "ensemble" not in needs:
             return needs
         bookies = {"bookies": sorted(self.bookies.values()), "ensemble_size": self.ensemble}
@@ -320,7 +321,7 @@ class Journeys:
                     needs = await self._needs(int(lid))
                 except BKError:
                     needs = {}
-                if step == "write":
-                    needs = self._write_needs(needs, self.quorum)
+                if step in ("write", "close", "recover"):
+                    needs = self._end_finding_needs(needs, self.quorum)
                 await self._step(step, needs, lid, *extra)
             await trio.sleep(self.rng.uniform(1, 3))
