@@ -9,6 +9,10 @@ Both rest on observations only the harness can make, recorded as operations:
   step needs: ``ensemble`` with ``write_quorum`` (the ledger's bookies), or ``bookies`` with
   ``ensemble_size`` (a create picks its ensemble among them), and ``zookeeper`` (the
   metadata servers). The faults' ``down`` lists say which nodes each fault takes away.
+  ``ack_quorum`` beside ``ensemble`` and ``write_quorum`` says the step needs only ack-quorum
+  coverage of the ensemble (a write into an existing ledger finds its end so, then replaces
+  dead bookies from ``bookies``); ``local: true`` says the step talks only to processes in its
+  own node (a local cluster on the node's loopback).
 
 A history with no observation of a kind skips the matching check (the result says so): the
 absence of a measurement is not a violation.
@@ -124,6 +128,16 @@ def _overlapping(history: History, op: Op, grace: float) -> list[Fault]:
     ]
 
 
+def _down_in_write_sets(ensemble: list[object], write_quorum: int, down: set[str]) -> list[int]:
+    """How many bookies are down in each write set (entry i's: ``write_quorum`` bookies from
+    position i on, round the ensemble)."""
+    size = len(ensemble)
+    return [
+        sum(ensemble[(i + k) % size] in down for k in range(min(write_quorum, size)))
+        for i in range(size)
+    ]
+
+
 def journey_expectation(history: History, op: Op, grace: float) -> str | None:
     """Why the journey step ``op`` was owed success, or None when the faults excuse it.
 
@@ -137,9 +151,22 @@ def journey_expectation(history: History, op: Op, grace: float) -> str | None:
     if op.node in down:
         return None
     args = op.args
+    if args.get("local") is True:
+        return "it needs only its own node, which stayed up"
     reasons = []
     ensemble, wq = args.get("ensemble"), args.get("write_quorum")
-    if isinstance(ensemble, list) and isinstance(wq, int):
+    aq = args.get("ack_quorum")
+    if isinstance(ensemble, list) and isinstance(wq, int) and isinstance(aq, int) and ensemble:
+        # Finding the ledger's end needs ack-quorum coverage only: an entry no write set of
+        # which lost its ack quorum could have been acknowledged without an answering bookie.
+        lost = max(_down_in_write_sets(ensemble, wq, down))
+        if lost >= aq:
+            return None
+        reasons.append(
+            f"at most {lost} bookie(s) down in any write set of its ensemble of "
+            f"{len(ensemble)} (write quorum {wq}, ack quorum {aq})"
+        )
+    elif isinstance(ensemble, list) and isinstance(wq, int):
         alive = [b for b in ensemble if b not in down]
         if len(alive) < wq:
             return None

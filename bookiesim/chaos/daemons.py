@@ -19,8 +19,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from bookiesim.chaos.target import CURRENT, Target
 from bookiesim.cluster.processes import (
-    BOOKIE_PROGRAM,
+    ClusterError,
     LocalBookie,
     bookie_settings,
     spawn_bookie,
@@ -94,6 +95,8 @@ class Bookies:
     root: Path
     uri: str
     extra: list[str] = field(default_factory=list)
+    target: Target = CURRENT
+    """The bookiesim the bookies run (``--bookiesim-from``)."""
     small_disks: bool = False
     """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
     procs: dict[str, LocalBookie] = field(default_factory=dict)
@@ -157,7 +160,13 @@ class Bookies:
     def start(self, nodes: list[str], *, again: bool = False) -> None:
         started = []
         for node in nodes:
-            program = self.live.net.exec_argv(node, BOOKIE_PROGRAM)
+            refused = self.target.unknown_keys(self._settings(node))
+            if refused:
+                raise ClusterError(
+                    f"{self.target.describe()} does not know the setting(s) "
+                    f"{', '.join(refused)} this run needs (a family or bug switch added later)"
+                )
+            program = self.live.net.exec_argv(node, self.target.bookie_program())
             bookie = spawn_bookie(
                 node,
                 self.root / node,

@@ -32,12 +32,14 @@ import trio
 
 from bookiesim.chaos.daemons import AUTORECOVERY_NODES, BOOKIE_PORT, AutoRecoveryDaemons, Bookies
 from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
+from bookiesim.chaos.journey_cluster import ClusterJourney
 from bookiesim.chaos.lazyfs.mount import lazy_mount
 from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
 from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
 from bookiesim.chaos.network import TestNetwork
 from bookiesim.chaos.report import report_run
+from bookiesim.chaos.target import CURRENT, Target
 from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
 from bookiesim.chaos.zookeepers import running_zookeepers, zookeeper_nodes
 from bookiesim.client.bookkeeper import BookKeeper
@@ -82,7 +84,8 @@ class RunOptions:
     bookies: int
     out: Path
     writers: list[WriterSpec]
-    journeys: bool = True
+    journeys: tuple[str, ...] = ("ledger",)
+    """The command-line journeys: ``ledger`` (create, write, ...) and ``cluster``."""
     bugs: list[str] = field(default_factory=list)
     metadata: str = "sqlite"
     """``sqlite`` (a file every node sees) or ``zk`` (ZooKeeper servers in nodes ``zk1``..)."""
@@ -93,10 +96,14 @@ class RunOptions:
     def zookeeper_nodes(self) -> list[str]:
         return zookeeper_nodes(self.zookeepers) if self.metadata == "zk" else []
 
+    target: Target = CURRENT
+    """The bookiesim the bookies and the journeys run (``--bookiesim-from``)."""
+
     def meta(self) -> dict[str, Any]:
         return {
             "run": self.out.name,
-            "target": "bookiesim",
+            "target": self.target.name,
+            **({"target_commit": self.target.commit} if self.target.commit else {}),
             "seed": self.seed,
             "duration": self.duration,
             "families": self.families,
@@ -105,7 +112,7 @@ class RunOptions:
                 f"{w.ensemble}/{w.write_quorum}/{w.ack_quorum}{'v2' if w.v2 else ''}"
                 for w in self.writers
             ],
-            "journeys": self.journeys,
+            "journeys": list(self.journeys),
             "bugs": self.bugs,
             "metadata": self.metadata,
             "zookeepers": len(self.zookeeper_nodes),
@@ -334,13 +341,20 @@ class Run:
                     nursery.start_soon(work.writer, spec, i)
                 nursery.start_soon(work.tailer)
                 nursery.start_soon(work.recoverer)
-                if opts.journeys:
+                if "ledger" in opts.journeys:
                     journeys = Journeys(
                         self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
                         self.bookies.uri, self.bookies.ids, bk, random.Random(opts.seed + 1), end,
                         zookeeper=opts.zookeeper_nodes,
+                        bookiesim=opts.target.bookiesim(),
                     )  # fmt: skip
                     nursery.start_soon(journeys.run)
+                if "cluster" in opts.journeys:
+                    cluster = ClusterJourney(
+                        self.rec, CLIENT, lambda argv: self.live.net.exec_argv(CLIENT, argv),
+                        opts.target.bookiesim(), opts.out / "cluster-journey",
+                    )  # fmt: skip
+                    nursery.start_soon(cluster.run)
                 nursery.start_soon(self.nemesis, schedule)
                 nursery.start_soon(self._progress, end)
             # Anything left hurt (none, once the nemesis ran to its end) is healed here.
@@ -426,13 +440,17 @@ def _run(
 
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
         bugs = [BUGS[name][0] for name in options.bugs]
-        nodes = Bookies(live, out / "bookies", uri, bugs, small_disks="disk" in options.families)
+        nodes = Bookies(
+            live, out / "bookies", uri, bugs, target=options.target,
+            small_disks="disk" in options.families,
+        )  # fmt: skip
         daemons = AutoRecoveryDaemons(live, out / "autorecovery", uri)
         run = Run(options, live, nodes, rec, console, counts, daemons)
         console.print(
             f"chaos run {plan.run_id}: seed {options.seed}, {options.duration:.0f} s, "
             f"families {','.join(options.families) or 'none'}, {options.bookies} bookies, "
-            f"out {out}",
+            f"out {out}"
+            + ("" if options.target.root is None else f"; {options.target.describe()}"),
             highlight=False,
         )
         try:

@@ -257,9 +257,11 @@ class Journeys:
     quorum: int = 2
     zookeeper: list[str] = field(default_factory=list)
     """The ZooKeeper nodes (none: the metadata is not on the network)."""
+    bookiesim: list[str] = field(default_factory=lambda: [sys.executable, "-m", "bookiesim"])
+    """The argv prefix of a ``bookiesim`` command (:meth:`.target.Target.bookiesim`)."""
 
     async def _step(self, step: str, needs: dict[str, Any], *args: str) -> dict[str, Any] | None:
-        argv = [sys.executable, "-m", "bookiesim", "ledger", step, "--metadata", self.metadata_uri]
+        argv = [*self.bookiesim, "ledger", step, "--metadata", self.metadata_uri]
         argv += ["--json", "--timeout", "5", *args]
         if self.zookeeper:
             needs = {**needs, "zookeeper": self.zookeeper}
@@ -293,6 +295,15 @@ class Journeys:
         members = [self.bookies.get(b, b) for b in ensemble]
         return {"ensemble": members, "write_quorum": metadata.write_quorum_size}
 
+    def _end_finding_needs(self, needs: dict[str, Any], ack_quorum: int) -> dict[str, Any]:
+        """A write, close or recover of a ledger another process created finds its end by
+        ack-quorum coverage (as upstream does), then replaces dead bookies of its ensemble
+        from the others (to add, or to write back what recovery read)."""
+        if "ensemble" not in needs:
+            return needs
+        bookies = {"bookies": sorted(self.bookies.values()), "ensemble_size": self.ensemble}
+        return {**needs, "ack_quorum": ack_quorum, **bookies}
+
     async def run(self) -> None:
         e, q = str(self.ensemble), str(self.quorum)
         while trio.current_time() < self.end:
@@ -315,5 +326,7 @@ class Journeys:
                     needs = await self._needs(int(lid))
                 except BKError:
                     needs = {}
+                if step in ("write", "close", "recover"):
+                    needs = self._end_finding_needs(needs, self.quorum)
                 await self._step(step, needs, lid, *extra)
             await trio.sleep(self.rng.uniform(1, 3))

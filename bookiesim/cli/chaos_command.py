@@ -30,6 +30,7 @@ from bookiesim.chaos.nemesis import FAMILIES, parse_families
 from bookiesim.chaos.netns import NetworkError, cleanup, leftovers, missing_privilege
 from bookiesim.chaos.network import PREFIX
 from bookiesim.chaos.report import campaign_markdown, campaign_rows, load_summaries, render_campaign
+from bookiesim.chaos.target import CURRENT, TargetError, open_target, target_dir
 from bookiesim.chaos.workloads import parse_writers
 from bookiesim.client.errors import BKError
 from bookiesim.cluster.processes import ClusterError
@@ -110,7 +111,22 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
         default="3/3/2,3/2/2,2/2/2v2",
         help="writers' E/Qw/Qa, v2 after one for that protocol (default 3/3/2,3/2/2,2/2/2v2)",
     )
-    parser.add_argument("--no-journeys", action="store_true", help="no command-line journeys")
+    parser.add_argument(
+        "--journeys",
+        default="ledger",
+        help="command-line journeys, comma-separated: ledger (default: create, write, close, "
+        "recover, read), cluster (once: cluster up, cookies, write, down, up again, read; "
+        "seconds of CPU), or none",
+    )
+    parser.add_argument("--no-journeys", action="store_true", help="no journeys (--journeys none)")
+    parser.add_argument(
+        "--bookiesim-from",
+        type=Path,
+        metavar="DIR",
+        help="run the bookies and the journeys' commands from the bookiesim in DIR (an older "
+        "checkout: its .venv/bin/python if it has one, else this Python with PYTHONPATH=DIR); "
+        "the harness, the workloads' client and the checker stay this one",
+    )
     parser.add_argument(
         "--metadata",
         choices=["sqlite", "zk"],
@@ -160,17 +176,28 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
             raise ValueError("the zk family needs --metadata zk")
         families.remove("zk")
     return RunOptions(
+        target=CURRENT if args.bookiesim_from is None else open_target(args.bookiesim_from),
         seed=args.seed,
         duration=float(args.duration),
         families=families,
         bookies=args.bookies,
         out=out,
         writers=writers,
-        journeys=not args.no_journeys,
+        journeys=_journeys(args),
         bugs=list(args.bug),
         metadata=args.metadata,
         zookeepers=args.zookeepers,
     )
+
+
+def _journeys(args: argparse.Namespace) -> tuple[str, ...]:
+    names = [n.strip() for n in args.journeys.split(",") if n.strip()]
+    if args.no_journeys or names == ["none"]:
+        return ()
+    unknown = sorted(set(names) - {"ledger", "cluster"})
+    if unknown or not names:
+        raise ValueError(f"unknown journeys {unknown or names}: choose from ledger, cluster, none")
+    return tuple(dict.fromkeys(names))
 
 
 def _cannot_run(options: RunOptions) -> str | None:
@@ -199,7 +226,7 @@ def _one_run(options: RunOptions) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         options = _options(args, args.out)
-    except ValueError as exc:
+    except (ValueError, TargetError) as exc:
         print(f"chaos run: {exc}", file=sys.stderr)
         return 2
     missing = _cannot_run(options)
@@ -221,7 +248,9 @@ def _replay(args: argparse.Namespace) -> int:
             families=families,
             bookies=int(meta["bookies"]),
             writers=",".join(meta["writers"]),
-            no_journeys=not meta.get("journeys", True),
+            journeys=_recorded_journeys(meta.get("journeys", True)),
+            no_journeys=False,
+            bookiesim_from=target_dir(str(meta.get("target", "bookiesim"))),
             bug=list(meta.get("bugs", [])),
             metadata=meta.get("metadata", "sqlite"),
             # A run from before ensembles had one server.
@@ -246,7 +275,7 @@ def _replay(args: argparse.Namespace) -> int:
             n += 1
     try:
         options = _options(source, out)
-    except ValueError as exc:
+    except (ValueError, TargetError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
         return 2
     missing = _cannot_run(options)
@@ -255,6 +284,16 @@ def _replay(args: argparse.Namespace) -> int:
         return 3
     print(f"replaying seed {options.seed} into {out}")
     return _one_run(options)
+
+
+def _recorded_journeys(value: object) -> str:
+    """A header's ``journeys``: a list of names, or (histories before the cluster journey)
+    a bool for the ledger journey."""
+    if isinstance(value, bool):
+        return "ledger" if value else "none"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "none"
+    raise ValueError(f"journeys {value!r}")
 
 
 def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
@@ -266,7 +305,10 @@ def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
     argv += ["--zookeepers", str(options.zookeepers)]
     for bug in options.bugs:
         argv += ["--bug", bug]
-    return argv + ([] if options.journeys else ["--no-journeys"])
+    argv += ["--journeys", ",".join(options.journeys) or "none"]
+    if options.target.root is not None:
+        argv += ["--bookiesim-from", str(options.target.root)]
+    return argv
 
 
 def _campaign(args: argparse.Namespace) -> int:
@@ -275,7 +317,7 @@ def _campaign(args: argparse.Namespace) -> int:
         return 2
     try:
         first = _options(args, args.out / f"seed-{args.seed}")
-    except ValueError as exc:
+    except (ValueError, TargetError) as exc:
         print(f"chaos campaign: {exc}", file=sys.stderr)
         return 2
     missing = _cannot_run(first)
