@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyfuse3
 import trio
 
-from bookiesim.chaos.lazyfs.model import CrashReport, LazyState, SyncPlan
+from bookiesim.chaos.lazyfs.model import CrashReport, LazyState, ReadFaults, SyncPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,6 +81,8 @@ class LazyOperations(pyfuse3.Operations):
         self.held = 0
         """Fsyncs waiting now."""
         self._release = trio.Event()
+        self.read_faults = ReadFaults()
+        """The files whose reads answer EIO (``fail-reads``)."""
 
     # ---- inodes and paths -------------------------------------------------------------
 
@@ -163,6 +165,17 @@ class LazyOperations(pyfuse3.Operations):
                     f.seek(torn.offset)
                     f.write(torn.data)
         return report
+
+    def fail_reads(self, only: str) -> int:
+        """Reads of the files whose backing path contains ``only`` fail with EIO from now
+        on. Returns how many files this table knows now that match."""
+        self.read_faults.fail(only)
+        matching = 0
+        for found in self._inodes.values():
+            path = next((p for p in found.paths if only in p), None)
+            if path is not None and os.path.isfile(path):
+                matching += 1
+        return matching
 
     def sync_all(self) -> None:
         """Write every unsynced change (an orderly unmount, like a clean shutdown)."""
@@ -334,6 +347,9 @@ class LazyOperations(pyfuse3.Operations):
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         h = self._handles[fh]
+        found = self._inodes.get(h.inode)
+        if found is not None and self.read_faults.refuses(found.paths):
+            raise pyfuse3.FUSEError(errno.EIO)
         got = self.state.read(h.inode, off, size, lambda o, n: os.pread(h.fd, n, o))
         return _errors(lambda: os.pread(h.fd, size, off)) if got is None else got
 
