@@ -30,10 +30,17 @@ import trio
 
 from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
 from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
-from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
+from bookiesim.chaos.nemesis import (
+    LAZY_DISK_FAMILIES,
+    READ_ERROR_FILES,
+    PlannedFault,
+    plan_schedule,
+)
 from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
 from bookiesim.chaos.network import TestNetwork
+from bookiesim.chaos.overlap import plan_overlapping
+from bookiesim.chaos.overlap_run import run_overlapping
 from bookiesim.chaos.report import report_run
 from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
 from bookiesim.client.bookkeeper import BookKeeper
@@ -95,6 +102,14 @@ class RunOptions:
     bugs: list[str] = field(default_factory=list)
     metadata: str = "sqlite"
     """``sqlite`` (a file every node sees) or ``zk`` (a ZooKeeper server in node ``zk1``)."""
+    overlap: bool = False
+    """Faults may overlap in time (:mod:`bookiesim.chaos.overlap`)."""
+
+    @property
+    def max_down(self) -> int:
+        """Bookies the writers' ensembles survive losing at once: what overlapping faults
+        may take down together."""
+        return self.bookies - max((w.ensemble for w in self.writers), default=0)
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -111,6 +126,7 @@ class RunOptions:
             "journeys": self.journeys,
             "bugs": self.bugs,
             "metadata": self.metadata,
+            "overlap": self.overlap,
             "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
         }
 
@@ -150,7 +166,8 @@ class Bookies:
     procs: dict[str, LocalBookie] = field(default_factory=dict)
     mounts: list[Path] = field(default_factory=list)
     lazy: dict[str, LazyMount] = field(default_factory=dict)
-    """Each bookie's lazy disk (the ``power`` family): its journal and ledgers are there."""
+    """Each bookie's lazy disk (the ``power`` and ``eio`` families): its journal and ledgers
+    are there."""
 
     @property
     def ids(self) -> dict[str, str]:
@@ -292,7 +309,19 @@ class Run:
             report = await self.bookies.lazy[node].crash(tear=fault.params.get("tear"))
             await trio.to_thread.run_sync(self.bookies.kill9, node)
             self.say(f"power loss on {node}: {report}")
+        elif fault.family == "eio":
+            await self._fail_reads(fault)
         return None
+
+    async def _fail_reads(self, fault: PlannedFault) -> None:
+        node, files = fault.targets[0], fault.params["files"]
+        known = await self.bookies.lazy[node].fail_reads(READ_ERROR_FILES[files])
+        self.say(f"reads of {node}'s {files} fail from now ({known} files now)")
+
+    async def _heal_reads(self, fault: PlannedFault) -> dict[str, Any]:
+        node, files = fault.targets[0], fault.params["files"]
+        failed = await self.bookies.lazy[node].heal_reads(READ_ERROR_FILES[files])
+        return {"reads_failed": failed}
 
     async def _heal(self, fault: PlannedFault, record: FaultRecord | None) -> dict[str, Any]:
         if record is not None:
@@ -303,6 +332,8 @@ class Run:
             self.bookies.signal(node, signal.SIGCONT)
         elif fault.family == "disk":
             self.bookies.free(node)
+        elif fault.family == "eio":
+            return await self._heal_reads(fault)
         elif fault.family in ("crash", "power"):
             try:
                 await trio.to_thread.run_sync(lambda: self.bookies.start([node], again=True))
@@ -312,9 +343,18 @@ class Run:
         return {}
 
     async def nemesis(self, schedule: list[PlannedFault]) -> None:
+        if self.options.overlap:
+            nodes = list(self.bookies.procs)
+            await run_overlapping(
+                schedule, self.started, nodes, self._inject, self._heal, self.rec, self.say
+            )
+            return
         for fault in schedule:
             await trio.sleep_until(self.started + fault.start)
             record = await self._inject(fault)
+            # Every target counts as down, a read-error's too: its bookie takes adds but
+            # answers reads EIO, and a journey's read or recovery cannot count on it. `down`
+            # is one set over a step's whole span, so overstating it only excuses more steps.
             handle: FaultHandle = self.rec.fault_start(
                 fault.kind, fault.targets, fault.params, down=fault.targets
             )
@@ -371,11 +411,11 @@ class Run:
             break
 
     async def main(self, schedule: list[PlannedFault]) -> None:
-        """The bookies (on their lazy disks, with the ``power`` family), the workloads and the
-        nemesis, the final phase; the bookies stop before their disks go."""
+        """The bookies (on their lazy disks, with the ``power`` or ``eio`` family), the
+        workloads and the nemesis, the final phase; the bookies stop before their disks go."""
         nodes = [n for n in self.live.net.names if n not in (CLIENT, ZOOKEEPER)]
         async with contextlib.AsyncExitStack() as stack:
-            if "power" in self.options.families:
+            if set(LAZY_DISK_FAMILIES) & set(self.options.families):
                 for node in nodes:
                     backing, mnt = (
                         self.bookies.root / node / "disk",
@@ -463,7 +503,12 @@ def run_schedule(options: RunOptions, console: Console) -> int:
     if history_path.exists():
         raise FileExistsError(f"{history_path} exists: give --out a new directory")
     bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
-    schedule = plan_schedule(options.seed, options.duration, options.families, bookies)
+    if options.overlap:
+        schedule = plan_overlapping(
+            options.seed, options.duration, options.families, bookies, options.max_down
+        )
+    else:
+        schedule = plan_schedule(options.seed, options.duration, options.families, bookies)
     zk = [ZOOKEEPER] if options.metadata == "zk" else []
     plan = TestNetwork.plan([*bookies, CLIENT, *zk])
     uri = f"sqlite:///{out.resolve()}/metadata.db"

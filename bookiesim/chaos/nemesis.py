@@ -18,7 +18,13 @@ least once.
 * ``power``: ``power-loss``, SIGKILL and the bookie's lazy disk forgets what was not synced
   (the last write torn in some), then the bookie starts again; not in ``all``;
 * ``zk``: ``session-expiry``, a bookie and the ZooKeeper server cut off from each other for
-  longer than the session lasts (``ZK_FAULT_SECONDS``); needs ZooKeeper as the metadata store.
+  longer than the session lasts (``ZK_FAULT_SECONDS``); needs ZooKeeper as the metadata store;
+* ``eio``: ``read-error``, reads of one bookie's entry logs (``files=entry-logs``) or index
+  files (``files=index``) answer EIO while its writes and syncs go on (its lazy disk's
+  ``fail-reads``); not in ``all``, as ``power``.
+
+``chaos run --overlap`` places the same faults so that they may overlap:
+:mod:`bookiesim.chaos.overlap`.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAMILIES", "PlannedFault", "parse_families", "plan_schedule"]
+__all__ = [
+    "FAMILIES",
+    "LAZY_DISK_FAMILIES",
+    "READ_ERROR_FILES",
+    "PlannedFault",
+    "parse_families",
+    "plan_schedule",
+]
 
 FAMILIES: dict[str, str] = {
     "net": "partitions (isolate, majority/minority split, one-way) and packet loss",
@@ -37,11 +50,19 @@ FAMILIES: dict[str, str] = {
     "zk": "cut a bookie off from the ZooKeeper server long enough for its session to expire",
     "power": "SIGKILL a bookie and make its disk (a lazy file system) forget every unsynced "
     "write, tearing the last one in some; then start it again",
+    "eio": "make reads of a bookie's entry logs or index files fail with EIO (its lazy disk), "
+    "its writes going on",
 }
 """The fault families a schedule draws from, by name."""
-NOT_IN_ALL = ("power",)
-"""Families ``all`` leaves out: power loss puts every bookie's disk on the lazy file
-system, which excludes the ``disk`` family's small tmpfs, so it is asked for by name."""
+NOT_IN_ALL = ("power", "eio")
+"""Families ``all`` leaves out: power loss and read errors put every bookie's disk on the
+lazy file system, which excludes the ``disk`` family's small tmpfs, so they are asked for by
+name."""
+LAZY_DISK_FAMILIES = ("power", "eio")
+"""Families that need every bookie's journal and ledgers on a lazy file system."""
+READ_ERROR_FILES = {"entry-logs": ".log", "index": ".idx"}
+"""A ``read-error`` fault's ``files`` parameter, and the text of the paths whose reads fail
+(entry logs ``current/<id>.log``, index files ``current/<a>/<b>/<ledger>.idx``)."""
 TEARS = (None, None, 12, 20, 100)
 """A power loss keeps this many bytes of the last unsynced write (None: none of it)."""
 
@@ -129,6 +150,9 @@ def plan_schedule(
             kind, targets, params = _net_fault(rng, bookies)
         elif family == "zk":
             kind, targets = "session-expiry", (rng.choice(bookies),)
+        elif family == "eio":
+            kind, targets = "read-error", (rng.choice(bookies),)
+            params = {"files": rng.choice(sorted(READ_ERROR_FILES))}
         elif family == "power":
             kind, targets = "power-loss", (rng.choice(bookies),)
             tear = rng.choice(TEARS)

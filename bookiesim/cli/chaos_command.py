@@ -26,7 +26,7 @@ from pathlib import Path
 from bookiesim.chaos.harness import BUGS, HISTORY_NAME, RunOptions, run_schedule
 from bookiesim.chaos.history import HistoryError, read_history
 from bookiesim.chaos.lazyfs.mount import missing as lazyfs_missing
-from bookiesim.chaos.nemesis import FAMILIES, parse_families
+from bookiesim.chaos.nemesis import FAMILIES, LAZY_DISK_FAMILIES, parse_families
 from bookiesim.chaos.netns import NetworkError, cleanup, leftovers, missing_privilege
 from bookiesim.chaos.network import PREFIX
 from bookiesim.chaos.report import campaign_markdown, campaign_rows, load_summaries, render_campaign
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replay",
         help="run a recorded schedule again (the options its history's header names)",
         description="Run again the schedule a history records: same seed, duration, "
-        "families, bookies and writers. The new run goes to --out (default: next to the "
+        "families, bookies, writers and --overlap. The new run goes to --out (default: next to the "
         "history, DIR-replay, DIR-replay2, ...).",
     )
     replay.add_argument("history", type=Path, metavar="HISTORY_OR_DIR")
@@ -112,6 +112,12 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
     )
     parser.add_argument("--no-journeys", action="store_true", help="no command-line journeys")
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="faults may overlap in time, never taking down more bookies at once than the "
+        "writers' ensembles survive (bookies - max E); default: one at a time",
+    )
+    parser.add_argument(
         "--metadata",
         choices=["sqlite", "zk"],
         default="sqlite",
@@ -142,9 +148,10 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
     if max(w.ensemble for w in writers) > args.bookies:
         raise ValueError(f"a writer's ensemble is larger than --bookies {args.bookies}")
     families = parse_families(args.families)
-    if {"disk", "power"} <= set(families):
+    lazy = [f for f in LAZY_DISK_FAMILIES if f in families]
+    if "disk" in families and lazy:
         raise ValueError(
-            "the disk and power families cannot run together (a bookie's ledger disk is "
+            f"the disk and {lazy[0]} families cannot run together (a bookie's ledger disk is "
             "either a small tmpfs or a lazy file system)"
         )
     if args.metadata != "zk" and "zk" in families:
@@ -161,16 +168,18 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         journeys=not args.no_journeys,
         bugs=list(args.bug),
         metadata=args.metadata,
+        overlap=args.overlap,
     )
 
 
 def _cannot_run(options: RunOptions) -> str | None:
     if shutil.which("nft") is None:
         return "nft not found: apt-get install nftables"
-    if "power" in options.families:
+    lazy_families = [f for f in LAZY_DISK_FAMILIES if f in options.families]
+    if lazy_families:
         lazy = lazyfs_missing()
         if lazy is not None:
-            return f"the power family needs a lazy file system: {lazy}"
+            return f"the {lazy_families[0]} family needs a lazy file system: {lazy}"
     return missing_privilege()
 
 
@@ -215,6 +224,7 @@ def _replay(args: argparse.Namespace) -> int:
             no_journeys=not meta.get("journeys", True),
             bug=list(meta.get("bugs", [])),
             metadata=meta.get("metadata", "sqlite"),
+            overlap=bool(meta.get("overlap", False)),
         )
     except (OSError, HistoryError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
@@ -254,6 +264,7 @@ def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
     argv += ["--metadata", options.metadata, "--writers", ",".join(options.meta()["writers"])]
     for bug in options.bugs:
         argv += ["--bug", bug]
+    argv += ["--overlap"] if options.overlap else []
     return argv + ([] if options.journeys else ["--no-journeys"])
 
 
