@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 from typing import TYPE_CHECKING
 
 import pytest
@@ -192,10 +193,11 @@ async def test_directory_operations_are_durable_at_once_and_data_follows_its_fil
         _write(mnt / "a", b"R", sync=True)  # a sync under the new name takes it all
         _write(mnt / "gone", b"unsynced, then unlinked", sync=False)
         os.unlink(mnt / "gone")
+        os.mknod(mnt / "made", stat.S_IFREG | 0o644)  # as the entry log pool makes its files
         _write(mnt / "b.tmp", b"renamed, never synced", sync=False)
         os.rename(mnt / "b.tmp", mnt / "b")
         await fs.crash(tear=0.5)
-        assert sorted(p.name for p in backing.iterdir()) == ["a", "b"]
+        assert sorted(p.name for p in backing.iterdir()) == ["a", "b", "made"]
         assert (backing / "a").read_bytes() == b"Renamed, then synced"
         # The rename survived, the data did not but for the torn half of the last write.
         assert (mnt / "b").read_bytes() == b"renamed, n"

@@ -5,7 +5,7 @@ What is lazy and what is not (docs/chaos.md says the same to users):
 
 * File data and size (``write``, ``truncate``/``ftruncate``, ``O_TRUNC``) stay in memory
   until ``fsync``/``fdatasync`` of that file; a crash forgets them.
-* Directory operations (create, mkdir, unlink, rmdir, rename, link, symlink) and attribute
+* Directory operations (create, mknod, mkdir, unlink, rmdir, rename, link, symlink) and attribute
   changes (chmod, chown, utimes) reach the backing directory at once: they survive a crash
   with or without a directory ``fsync``, which a real file system does not promise. That is
   LazyFS's choice too; it means this file system cannot catch a missing directory fsync.
@@ -250,6 +250,15 @@ class LazyOperations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         path = self._child(parent_inode, name)
         _errors(lambda: os.mkdir(path, mode))
+        return self._lookup_path(path)
+
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        # The entry log pool creates its files so (one call, no descriptor); without it every
+        # bookie on this file system stopped preallocating at its first log (ENOSYS).
+        path = self._child(parent_inode, name)
+        _errors(lambda: os.mknod(path, mode, rdev))
         return self._lookup_path(path)
 
     def _unlinked(self, parent_inode: int, name: bytes, remove: Callable[[str], None]) -> None:
