@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
 from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
 from bookiesim.bookie.ledger_storage import entry_header
+from bookiesim.entrylog.reader import EntryReadError
 from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
@@ -48,6 +49,11 @@ MAX_BATCH_READ_SIZE = 5 * 1024 * 1024
 (or what the request asks, if less), but always at least its first entry."""
 _BATCH_RESPONSE_OVERHEAD = 24 + 8 + 4
 """What upstream counts before the entries when it sizes a batch read response."""
+DISK_ERRORS = (OSError, EntryReadError)
+"""What the disk may raise under an operation (a read the device refused, a log gone, an
+entry whose bytes are not what its location says): answered EIO, as upstream's processors
+answer an ``IOException``, with one WARNING line. The bookie stays up and forgets nothing: a
+failed read says nothing of what is stored, and the client reads another replica."""
 V2_NAMES = {
     v2.OpCode.ADD_ENTRY: "add_entry",
     v2.OpCode.READ_ENTRY: "read_entry",
@@ -119,6 +125,9 @@ class RequestProcessor:
                 response = maybe
         except BookieError as exc:
             response = error_response(request, exc.status)
+        except DISK_ERRORS as exc:
+            _disk_error(OPERATION_NAMES.get(op, str(op)), exc)
+            response = error_response(request, pb.EIO)
         except Exception:
             log.exception("unexpected error handling %s", OPERATION_NAMES.get(op, op))
             response = error_response(request, pb.EBADREQ)
@@ -134,6 +143,9 @@ class RequestProcessor:
             response = await self._read_waiting(request)
         except BookieError as exc:
             response = error_response(request, exc.status)
+        except DISK_ERRORS as exc:
+            _disk_error("read_entry", exc)
+            response = error_response(request, pb.EIO)
         except Exception:
             log.exception("unexpected error in a waiting read")
             response = error_response(request, pb.EBADREQ)
@@ -174,7 +186,7 @@ class RequestProcessor:
         while len(entries) < count:
             try:
                 body, _ = self.bookie.read_entry(ledger_id, first + len(entries))
-            except BookieError:
+            except (BookieError, *DISK_ERRORS):
                 if not entries:
                     raise
                 break
@@ -417,6 +429,9 @@ class RequestProcessor:
             response = self._read_v2(request)
         except BookieError as exc:
             response = _error_v2(request, exc.status)
+        except DISK_ERRORS as exc:
+            _disk_error(V2_NAMES[_opcode(request)], exc)
+            response = _error_v2(request, pb.EIO)
         except Exception:
             log.exception("unexpected error handling a v2 %s", type(request).__name__)
             response = _error_v2(request, pb.EBADREQ)
@@ -435,6 +450,9 @@ class RequestProcessor:
             response = self._read_v2(request)
         except BookieError as exc:
             response = _error_v2(request, exc.status)
+        except DISK_ERRORS as exc:
+            _disk_error(V2_NAMES[_opcode(request)], exc)
+            response = _error_v2(request, pb.EIO)
         except Exception:
             log.exception("unexpected error in a waiting v2 read")
             response = _error_v2(request, pb.EBADREQ)
@@ -502,6 +520,10 @@ class RequestProcessor:
         pb.AUTH: _auth,
         pb.WRITE_CLOSE: _write_close,
     }
+
+
+def _disk_error(operation: str, exc: BaseException) -> None:
+    log.warning("%s answered EIO: %s", operation, exc)
 
 
 def _master_key(read: pb.ReadRequest) -> bytes | None:

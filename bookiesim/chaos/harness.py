@@ -34,10 +34,17 @@ from bookiesim.chaos.daemons import AUTORECOVERY_NODES, BOOKIE_PORT, AutoRecover
 from bookiesim.chaos.history import JsonLinesSink, Recorder, read_history
 from bookiesim.chaos.journey_cluster import ClusterJourney
 from bookiesim.chaos.lazyfs.mount import lazy_mount
-from bookiesim.chaos.nemesis import PlannedFault, plan_schedule
+from bookiesim.chaos.nemesis import (
+    LAZY_DISK_FAMILIES,
+    READ_ERROR_FILES,
+    PlannedFault,
+    plan_schedule,
+)
 from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
 from bookiesim.chaos.network import TestNetwork
+from bookiesim.chaos.overlap import plan_overlapping
+from bookiesim.chaos.overlap_run import run_overlapping
 from bookiesim.chaos.report import report_run
 from bookiesim.chaos.target import CURRENT, Target
 from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
@@ -74,6 +81,9 @@ CONVERGENCE = 90.0
 """Seconds after the heal within which every ledger must be replicated and a probe write
 succeed (the checker's bound, stated in the header)."""
 _CLONE_NEWNET = 0x40000000
+READ_ERROR_SETTINGS = ("flushInterval=1000",)
+"""With the ``eio`` family: a checkpoint a second, so that entries leave the sorted table (and
+locations the index's memory) for the files a read-error fault hits within a second, not ten."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,17 @@ class RunOptions:
 
     target: Target = CURRENT
     """The bookiesim the bookies and the journeys run (``--bookiesim-from``)."""
+    overlap: bool = False
+    autorecovery_faults: bool = True
+    """``crash`` and ``pause`` may hit the auto-recovery daemons' nodes (False only in the
+    replay of a history from before they had nodes: its schedule drew bookies alone)."""
+    """Faults may overlap in time (:mod:`bookiesim.chaos.overlap`)."""
+
+    @property
+    def max_down(self) -> int:
+        """Bookies the writers' ensembles survive losing at once: what overlapping faults
+        may take down together."""
+        return self.bookies - max((w.ensemble for w in self.writers), default=0)
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -116,6 +137,8 @@ class RunOptions:
             "bugs": self.bugs,
             "metadata": self.metadata,
             "zookeepers": len(self.zookeeper_nodes),
+            "overlap": self.overlap,
+            "autorecovery_faults": self.autorecovery_faults,
             "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
         }
 
@@ -196,7 +219,20 @@ class Run:
             report = await self.bookies.lazy[node].crash(tear=fault.params.get("tear"))
             await trio.to_thread.run_sync(self.bookies.kill9, node)
             self.say(f"power loss on {node}: {report}")
+        elif fault.family == "eio":
+            await self._fail_reads(fault)
         return None
+
+    async def _fail_reads(self, fault: PlannedFault) -> None:
+        node, files = fault.targets[0], fault.params["files"]
+        known = await self.bookies.lazy[node].fail_reads(READ_ERROR_FILES[files])
+        self.say(f"reads of {node}'s {files} fail from now ({known} files now)")
+
+    async def _heal_reads(self, fault: PlannedFault) -> dict[str, Any]:
+        node, files = fault.targets[0], fault.params["files"]
+        failed = await self.bookies.lazy[node].heal_reads(READ_ERROR_FILES[files])
+        self.say(f"reads of {node}'s {files} work again ({failed} refused)")
+        return {"reads_failed": failed}
 
     async def _heal(self, fault: PlannedFault, record: FaultRecord | None) -> dict[str, Any]:
         if record is not None:
@@ -214,6 +250,8 @@ class Run:
             self._processes(node).signal(node, signal.SIGCONT)
         elif fault.family == "disk":
             self.bookies.free(node)
+        elif fault.family == "eio":
+            return await self._heal_reads(fault)
         elif fault.family in ("crash", "power"):
             procs = self._processes(node)
             try:
@@ -224,12 +262,21 @@ class Run:
         return {}
 
     async def nemesis(self, schedule: list[PlannedFault]) -> None:
+        if self.options.overlap:
+            nodes, most = list(self.bookies.procs), self.options.max_down
+            await run_overlapping(
+                schedule, self.started, nodes, most, self._inject, self._heal, self.rec, self.say
+            )
+            return
         for fault in schedule:
             await trio.sleep_until(self.started + fault.start)
             # A fault injected late (the heal before it restarted a process) still lasts its
             # length: a session expiry must outlast the session.
             injected = trio.current_time()
             record = await self._inject(fault)
+            # Every target counts as down, a read-error's too: its bookie takes adds but
+            # answers reads EIO, and a journey's read or recovery cannot count on it. `down`
+            # is one set over a step's whole span, so overstating it only excuses more steps.
             handle: FaultHandle = self.rec.fault_start(
                 fault.kind, fault.targets, fault.params, down=fault.targets
             )
@@ -286,11 +333,11 @@ class Run:
             break
 
     async def main(self, schedule: list[PlannedFault]) -> None:
-        """The bookies (on their lazy disks, with the ``power`` family), the workloads and the
-        nemesis, the final phase; the bookies stop before their disks go."""
+        """The bookies (on their lazy disks, with the ``power`` or ``eio`` family), the
+        workloads and the nemesis, the final phase; the bookies stop before their disks go."""
         nodes = [f"b{i}" for i in range(1, self.options.bookies + 1)]
         async with contextlib.AsyncExitStack() as stack:
-            if "power" in self.options.families:
+            if set(LAZY_DISK_FAMILIES) & set(self.options.families):
                 for node in nodes:
                     backing, mnt = (
                         self.bookies.root / node / "disk",
@@ -390,14 +437,17 @@ def run_schedule(options: RunOptions, console: Console) -> int:
         raise FileExistsError(f"{history_path} exists: give --out a new directory")
     bookies = [f"b{i}" for i in range(1, options.bookies + 1)]
     zk = options.zookeeper_nodes
-    schedule = plan_schedule(
-        options.seed,
-        options.duration,
-        options.families,
-        bookies,
-        zookeepers=zk,
-        autorecovery=AUTORECOVERY_NODES,
-    )
+    daemons = AUTORECOVERY_NODES if options.autorecovery_faults else ()
+    if options.overlap:
+        schedule = plan_overlapping(
+            options.seed, options.duration, options.families, bookies, options.max_down,
+            zookeepers=zk, autorecovery=daemons,
+        )  # fmt: skip
+    else:
+        schedule = plan_schedule(
+            options.seed, options.duration, options.families, bookies,
+            zookeepers=zk, autorecovery=daemons,
+        )  # fmt: skip
     plan = TestNetwork.plan([*bookies, CLIENT, *zk, *AUTORECOVERY_NODES])
     uri = f"sqlite:///{out.resolve()}/metadata.db"
     counts: dict[tuple[str, str], int] = {}
@@ -440,6 +490,7 @@ def _run(
 
         rec = Recorder(counting, replay=replay_command(history_path), meta=options.meta())
         bugs = [BUGS[name][0] for name in options.bugs]
+        bugs += list(READ_ERROR_SETTINGS) if "eio" in options.families else []
         nodes = Bookies(
             live, out / "bookies", uri, bugs, target=options.target,
             small_disks="disk" in options.families,

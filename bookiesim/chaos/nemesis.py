@@ -20,13 +20,19 @@ least once.
 * ``zk``: ``session-expiry``, a bookie and every ZooKeeper server cut off from each other
   for longer than the session lasts (``ZK_FAULT_SECONDS``); with an ensemble of three also
   ``zk-crash`` (SIGKILL one server, started again at the heal) and ``zk-isolate`` (one server
-  cut off from every node); needs ZooKeeper as the metadata store.
+  cut off from every node); needs ZooKeeper as the metadata store;
+* ``eio``: ``read-error``, reads of one bookie's entry logs (``files=entry-logs``) or index
+  files (``files=index``) answer EIO while its writes and syncs go on (its lazy disk's
+  ``fail-reads``); not in ``all``, as ``power``.
 
 Given ZooKeeper servers (``zookeepers``, three), a ``split`` puts one of them on the bookies'
 minority side, the client and the others on the majority's; given auto-recovery nodes
 (``autorecovery``), ``crash`` and ``pause`` draw their target from them as well as from the
 bookies. One fault at a time keeps at most one bookie, one ZooKeeper server (a quorum of
 three stays) and one auto-recovery daemon away at any moment.
+
+``chaos run --overlap`` places the same faults so that they may overlap:
+:mod:`bookiesim.chaos.overlap`.
 """
 
 from __future__ import annotations
@@ -38,7 +44,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["FAMILIES", "PlannedFault", "parse_families", "plan_schedule"]
+__all__ = [
+    "FAMILIES",
+    "LAZY_DISK_FAMILIES",
+    "READ_ERROR_FILES",
+    "PlannedFault",
+    "parse_families",
+    "plan_schedule",
+]
 
 FAMILIES: dict[str, str] = {
     "net": "partitions (isolate, majority/minority split, one-way) and packet loss",
@@ -49,11 +62,19 @@ FAMILIES: dict[str, str] = {
     "servers, also SIGKILL one server (started again at the heal) or cut one off",
     "power": "SIGKILL a bookie and make its disk (a lazy file system) forget every unsynced "
     "write, tearing the last one in some; then start it again",
+    "eio": "make reads of a bookie's entry logs or index files fail with EIO (its lazy disk), "
+    "its writes going on",
 }
 """The fault families a schedule draws from, by name."""
-NOT_IN_ALL = ("power",)
-"""Families ``all`` leaves out: power loss puts every bookie's disk on the lazy file
-system, which excludes the ``disk`` family's small tmpfs, so it is asked for by name."""
+NOT_IN_ALL = ("power", "eio")
+"""Families ``all`` leaves out: power loss and read errors put every bookie's disk on the
+lazy file system, which excludes the ``disk`` family's small tmpfs, so they are asked for by
+name."""
+LAZY_DISK_FAMILIES = ("power", "eio")
+"""Families that need every bookie's journal and ledgers on a lazy file system."""
+READ_ERROR_FILES = {"entry-logs": ".log", "index": ".idx"}
+"""A ``read-error`` fault's ``files`` parameter, and the text of the paths whose reads fail
+(entry logs ``current/<id>.log``, index files ``current/<a>/<b>/<ledger>.idx``)."""
 TEARS = (None, None, 12, 20, 100)
 """A power loss keeps this many bytes of the last unsynced write (None: none of it)."""
 
@@ -168,6 +189,9 @@ def plan_schedule(
             kind, targets, params = _net_fault(rng, bookies, zookeepers)
         elif family == "zk":
             kind, targets = _zk_fault(rng, bookies, zookeepers)
+        elif family == "eio":
+            kind, targets = "read-error", (rng.choice(bookies),)
+            params = {"files": rng.choice(sorted(READ_ERROR_FILES))}
         elif family == "power":
             kind, targets = "power-loss", (rng.choice(bookies),)
             tear = rng.choice(TEARS)

@@ -26,7 +26,7 @@ from pathlib import Path
 from bookiesim.chaos.harness import BUGS, HISTORY_NAME, RunOptions, run_schedule
 from bookiesim.chaos.history import HistoryError, read_history
 from bookiesim.chaos.lazyfs.mount import missing as lazyfs_missing
-from bookiesim.chaos.nemesis import FAMILIES, parse_families
+from bookiesim.chaos.nemesis import FAMILIES, LAZY_DISK_FAMILIES, parse_families
 from bookiesim.chaos.netns import NetworkError, cleanup, leftovers, missing_privilege
 from bookiesim.chaos.network import PREFIX
 from bookiesim.chaos.report import campaign_markdown, campaign_rows, load_summaries, render_campaign
@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replay",
         help="run a recorded schedule again (the options its history's header names)",
         description="Run again the schedule a history records: same seed, duration, "
-        "families, bookies and writers. The new run goes to --out (default: next to the "
+        "families, bookies, writers and --overlap. The new run goes to --out (default: next to the "
         "history, DIR-replay, DIR-replay2, ...).",
     )
     replay.add_argument("history", type=Path, metavar="HISTORY_OR_DIR")
@@ -128,6 +128,12 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
         "the harness, the workloads' client and the checker stay this one",
     )
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="faults may overlap in time, never taking down more bookies at once than the "
+        "writers' ensembles survive (bookies - max E); default: one at a time",
+    )
+    parser.add_argument(
         "--metadata",
         choices=["sqlite", "zk"],
         default="sqlite",
@@ -166,9 +172,10 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
     families = parse_families(args.families)
     if args.zookeepers not in (1, 3):
         raise ValueError("--zookeepers must be 1 or 3")
-    if {"disk", "power"} <= set(families):
+    lazy = [f for f in LAZY_DISK_FAMILIES if f in families]
+    if "disk" in families and lazy:
         raise ValueError(
-            "the disk and power families cannot run together (a bookie's ledger disk is "
+            f"the disk and {lazy[0]} families cannot run together (a bookie's ledger disk is "
             "either a small tmpfs or a lazy file system)"
         )
     if args.metadata != "zk" and "zk" in families:
@@ -187,6 +194,8 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         bugs=list(args.bug),
         metadata=args.metadata,
         zookeepers=args.zookeepers,
+        overlap=args.overlap,
+        autorecovery_faults=getattr(args, "autorecovery_faults", True),
     )
 
 
@@ -203,10 +212,11 @@ def _journeys(args: argparse.Namespace) -> tuple[str, ...]:
 def _cannot_run(options: RunOptions) -> str | None:
     if shutil.which("nft") is None:
         return "nft not found: apt-get install nftables"
-    if "power" in options.families:
+    lazy_families = [f for f in LAZY_DISK_FAMILIES if f in options.families]
+    if lazy_families:
         lazy = lazyfs_missing()
         if lazy is not None:
-            return f"the power family needs a lazy file system: {lazy}"
+            return f"the {lazy_families[0]} family needs a lazy file system: {lazy}"
     return missing_privilege()
 
 
@@ -253,8 +263,13 @@ def _replay(args: argparse.Namespace) -> int:
             bookiesim_from=target_dir(str(meta.get("target", "bookiesim"))),
             bug=list(meta.get("bugs", [])),
             metadata=meta.get("metadata", "sqlite"),
-            # A run from before ensembles had one server.
-            zookeepers=int(meta.get("zookeepers") or 1),
+            # A zk run from before ensembles had one server; a SQLite run has none (0), and
+            # takes the option's default, which it does not use.
+            zookeepers=int(meta.get("zookeepers") or (1 if meta.get("metadata") == "zk" else 3)),
+            overlap=bool(meta.get("overlap", False)),
+            # Before the daemons had nodes of their own, crash and pause drew bookies alone:
+            # the same seed then draws the same schedule only without them.
+            autorecovery_faults=bool(meta.get("autorecovery_faults", False)),
         )
     except (OSError, HistoryError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
@@ -308,6 +323,7 @@ def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
     argv += ["--journeys", ",".join(options.journeys) or "none"]
     if options.target.root is not None:
         argv += ["--bookiesim-from", str(options.target.root)]
+    argv += ["--overlap"] if options.overlap else []
     return argv
 
 

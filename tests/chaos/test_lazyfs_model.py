@@ -3,7 +3,10 @@ what is durable and what a reader sees.
 
 Any sequence of writes, truncates, fsyncs and crashes (torn or not) must leave the backing
 "disk" holding exactly the synced content, plus the torn prefix of the last unsynced write,
-and reads must always see the latest content.
+and reads must always see the latest content. Read faults come and go among them (and files
+move between directories): a read is refused exactly while a text failed and not healed is
+in the file's path, and nothing else changes: what a file holds once its reads work again is
+what the other rules made of it.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from bookiesim.chaos.lazyfs.model import LazyState, SyncPlan, tear_length
+from bookiesim.chaos.lazyfs.model import LazyState, ReadFaults, SyncPlan, tear_length
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 FILES = ("journal", "entrylog", "index")
+DIRS = ("journal", "ledgers", "ledgers/current")
+TEXTS = ("/journal/", "ledgers", ".log", "entrylog", "x")
+"""Texts a read fault is given: some hit a directory, some a name, one nothing."""
 
 
 def _put(buf: bytes, offset: int, data: bytes) -> bytes:
@@ -62,6 +68,12 @@ class LazyMachine(RuleBasedStateMachine):
         self.model: LazyState[str] = LazyState()
         self.disk: dict[str, bytes] = dict.fromkeys(FILES, b"")
         self.ref = Reference()
+        self.faults = ReadFaults()
+        self.paths = {
+            name: f"/disk/{DIRS[i % len(DIRS)]}/{name}.log" for i, name in enumerate(FILES)
+        }
+        self.failing: set[str] = set()
+        self.refused = 0
 
     def _durable_size(self, name: str) -> int:
         return len(self.disk[name])
@@ -117,6 +129,30 @@ class LazyMachine(RuleBasedStateMachine):
         self.ref.current = dict(self.ref.durable)
         self.ref.unsynced = []
         assert self.model.files() == []
+
+    @rule(name=st.sampled_from(FILES), directory=st.sampled_from(DIRS))
+    def rename(self, name: str, directory: str) -> None:
+        self.paths[name] = f"/disk/{directory}/{name}.log"
+
+    @rule(text=st.sampled_from(TEXTS))
+    def fail_reads(self, text: str) -> None:
+        self.faults.fail(text)
+        self.failing.add(text)
+
+    @rule(text=st.none() | st.sampled_from(TEXTS))
+    def heal_reads(self, text: str | None) -> None:
+        assert self.faults.heal(text) == self.refused
+        self.failing = set() if text is None else self.failing - {text}
+        if not self.failing:
+            self.refused = 0
+
+    @rule(name=st.sampled_from(FILES))
+    def read(self, name: str) -> None:
+        path = self.paths[name]
+        expected = any(text in path for text in self.failing)
+        assert self.faults.refuses([path]) == expected
+        self.refused += expected
+        assert self.faults.texts == self.failing
 
     @invariant()
     def disk_holds_exactly_the_synced_content_when_nothing_is_pending(self) -> None:
@@ -188,3 +224,16 @@ def test_a_synced_file_has_no_write_left_to_tear() -> None:
 def test_a_tear_that_makes_no_sense_is_refused(tear: int | float, why: str) -> None:
     with pytest.raises((ValueError, TypeError), match=why):
         tear_length(tear, 10)
+
+
+def test_a_read_fault_needs_a_text_and_a_file_of_several_links_fails_by_any() -> None:
+    faults = ReadFaults()
+    with pytest.raises(ValueError, match="must not be empty"):
+        faults.fail("")
+    faults.fail("/ledgers/")
+    assert faults.refuses(["/disk/elsewhere/0.log", "/disk/ledgers/current/0.log"])
+    assert not faults.refuses(["/disk/journal/current/0.txn"])
+    assert faults.heal("/journal/") == 1  # healing a text never failed leaves the others
+    assert faults.refuses(["/disk/ledgers/current/0.log"])
+    assert faults.heal() == 2
+    assert not faults.refuses(["/disk/ledgers/current/0.log"])

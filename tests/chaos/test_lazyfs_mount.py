@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 from typing import TYPE_CHECKING
 
 import pytest
@@ -192,10 +193,43 @@ async def test_directory_operations_are_durable_at_once_and_data_follows_its_fil
         _write(mnt / "a", b"R", sync=True)  # a sync under the new name takes it all
         _write(mnt / "gone", b"unsynced, then unlinked", sync=False)
         os.unlink(mnt / "gone")
+        os.mknod(mnt / "made", stat.S_IFREG | 0o644)  # as the entry log pool makes its files
         _write(mnt / "b.tmp", b"renamed, never synced", sync=False)
         os.rename(mnt / "b.tmp", mnt / "b")
         await fs.crash(tear=0.5)
-        assert sorted(p.name for p in backing.iterdir()) == ["a", "b"]
+        assert sorted(p.name for p in backing.iterdir()) == ["a", "b", "made"]
         assert (backing / "a").read_bytes() == b"Renamed, then synced"
         # The rename survived, the data did not but for the torn half of the last write.
         assert (mnt / "b").read_bytes() == b"renamed, n"
+
+
+async def test_reads_of_the_chosen_files_fail_while_their_writes_and_fsyncs_go_on(
+    dirs: tuple[Path, Path],
+) -> None:
+    backing, mnt = dirs
+    (backing / "ledgers").mkdir()
+    async with lazy_mount(backing, mnt) as fs:
+        _write(mnt / "ledgers" / "0.log", b"entries", sync=True)
+        _write(mnt / "ledgers" / "0.idx", b"index", sync=True)
+        fd = os.open(mnt / "ledgers" / "0.log", os.O_RDWR)  # a bookie keeps its log open
+        try:
+            assert await fs.fail_reads(".log") == 1
+            with pytest.raises(OSError, match=os.strerror(errno.EIO)):
+                os.pread(fd, 7, 0)
+            with pytest.raises(OSError, match="Input/output error"):
+                (mnt / "ledgers" / "0.log").read_bytes()
+            assert (mnt / "ledgers" / "0.idx").read_bytes() == b"index"
+            os.pwrite(fd, b" more", 7)
+            os.fsync(fd)
+            assert (backing / "ledgers" / "0.log").read_bytes() == b"entries more"
+            # A file created during the fault is refused too: the rule is the path's.
+            _write(mnt / "ledgers" / "1.log", b"new", sync=False)
+            with pytest.raises(OSError, match="Input/output error"):
+                (mnt / "ledgers" / "1.log").read_bytes()
+            assert await fs.heal_reads() == 3
+            assert os.pread(fd, 12, 0) == b"entries more"
+            assert (mnt / "ledgers" / "1.log").read_bytes() == b"new"
+        finally:
+            os.close(fd)
+        assert await fs.fail_reads("nothing-matches") == 0
+        assert await fs.heal_reads("nothing-matches") == 0

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.chaos.harness import HISTORY_NAME, RunOptions
+from bookiesim.chaos.history import JsonLinesSink, Recorder
 from bookiesim.chaos.nemesis import FAMILIES, parse_families, plan_schedule
 from bookiesim.chaos.workloads import WriterSpec, parse_writers
 from bookiesim.cli import chaos_command
@@ -58,11 +60,13 @@ def test_a_long_schedule_has_every_kind() -> None:
         "disk",
         "session-expiry",
         "power-loss",
+        "read-error",
     }
 
 
 def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
-    assert parse_families("all") == ["net", "pause", "crash", "disk", "zk"]  # power by name
+    # power and eio by name
+    assert parse_families("all") == ["net", "pause", "crash", "disk", "zk"]
     assert parse_families("none") == []
     assert parse_families("crash, net,crash") == ["crash", "net"]
     with pytest.raises(ValueError, match="unknown fault families \\['disco'\\]"):
@@ -79,8 +83,8 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     [
         (
             ["--families", "net,disco"],
-            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, power, all "
-            "or none",
+            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, power, "
+            "eio, all or none",
         ),
         (["--duration", "1"], "--duration must be at least 5 seconds"),
         (["--bookies", "2"], "--bookies must be at least 3 (the writers' ensembles need them)"),
@@ -89,6 +93,11 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
         (
             ["--families", "disk,power"],
             "the disk and power families cannot run together (a bookie's ledger disk is either "
+            "a small tmpfs or a lazy file system)",
+        ),
+        (
+            ["--families", "eio,disk"],
+            "the disk and eio families cannot run together (a bookie's ledger disk is either "
             "a small tmpfs or a lazy file system)",
         ),
     ],
@@ -123,10 +132,63 @@ def test_a_campaign_run_is_the_run_command_of_the_same_options(tmp_path: Path) -
     parser = argparse.ArgumentParser()
     chaos_command.register(parser.add_subparsers())
     argv = ["chaos", "campaign", "--seed", "4", "--duration", "20", "--families", "net,zk"]
-    argv += ["--metadata", "zk", "--writers", "3/2/2v2", "--bug", "add-ignores-fence"]
+    argv += ["--metadata", "zk", "--writers", "3/2/2v2", "--bug", "add-ignores-fence", "--overlap"]
     campaign = parser.parse_args([*argv, "--no-journeys", "--out", str(tmp_path)])
     options = chaos_command._options(campaign, tmp_path / "seed-9")
     run_argv = chaos_command._run_argv(options, 9, tmp_path / "seed-9")
     assert run_argv[:5] == [sys.executable, "-m", "bookiesim", "chaos", "run"]
     run = parser.parse_args(run_argv[3:])
     assert chaos_command._options(run, tmp_path / "seed-9") == replace(options, seed=9)
+    assert options.overlap
+    assert options.meta()["overlap"] is True
+
+
+def test_a_replay_repeats_the_overlap_its_header_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser()
+    chaos_command.register(parser.add_subparsers())
+    argv = ["chaos", "run", "--seed", "5", "--families", "net,crash", "--overlap"]
+    options = chaos_command._options(
+        parser.parse_args([*argv, "--out", str(tmp_path / "r")]), tmp_path / "r"
+    )
+    (tmp_path / "r").mkdir()
+    with JsonLinesSink(tmp_path / "r" / HISTORY_NAME) as sink:
+        Recorder(sink, replay="bookiesim chaos replay r", meta=options.meta())
+    replayed: list[RunOptions] = []
+    monkeypatch.setattr(chaos_command, "_cannot_run", lambda options: None)
+
+    def one_run(options: RunOptions) -> int:
+        replayed.append(options)
+        return 0
+
+    monkeypatch.setattr(chaos_command, "_one_run", one_run)
+    assert main(["chaos", "replay", str(tmp_path / "r")]) == 0
+    assert replayed == [replace(options, out=tmp_path / "r-replay")]
+
+
+def test_a_history_from_before_the_daemon_nodes_replays_its_bookie_only_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its header has no ``autorecovery_faults``: its crash and pause faults were drawn from
+    the bookies alone, so the replay draws them so again (the same seed, the same faults)."""
+    parser = argparse.ArgumentParser()
+    chaos_command.register(parser.add_subparsers())
+    argv = ["chaos", "run", "--seed", "11", "--families", "crash,pause", "--out", "x"]
+    options = chaos_command._options(parser.parse_args(argv), tmp_path / "r")
+    meta = options.meta()
+    del meta["autorecovery_faults"]
+    (tmp_path / "r").mkdir()
+    with JsonLinesSink(tmp_path / "r" / HISTORY_NAME) as sink:
+        Recorder(sink, replay="bookiesim chaos replay r", meta=meta)
+    replayed: list[RunOptions] = []
+    monkeypatch.setattr(chaos_command, "_cannot_run", lambda options: None)
+
+    def one_run(options: RunOptions) -> int:
+        replayed.append(options)
+        return 0
+
+    monkeypatch.setattr(chaos_command, "_one_run", one_run)
+    assert main(["chaos", "replay", str(tmp_path / "r")]) == 0
+    assert replayed == [replace(options, out=tmp_path / "r-replay", autorecovery_faults=False)]
+    assert replayed[0].meta()["autorecovery_faults"] is False

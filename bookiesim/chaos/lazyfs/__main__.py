@@ -18,7 +18,14 @@ import sys
 
 import trio
 
-from bookiesim.chaos.lazyfs.control import Crash, Hold, format_crash, parse_command
+from bookiesim.chaos.lazyfs.control import (
+    Crash,
+    FailReads,
+    HealReads,
+    Hold,
+    format_crash,
+    parse_command,
+)
 from bookiesim.chaos.lazyfs.mount import cleanup, missing
 
 try:
@@ -49,6 +56,10 @@ async def _answer(ops: LazyOperations, stream: trio.abc.Stream) -> None:
                 elif isinstance(command, Hold):
                     ops.hold = command.only
                     reply = "ok"
+                elif isinstance(command, FailReads):
+                    reply = f"ok files={ops.fail_reads(command.only)}"
+                elif isinstance(command, HealReads):
+                    reply = f"ok failed={ops.read_faults.heal(command.only)}"
                 else:
                     reply = f"ok files={len(ops.state.files())} held={ops.held}"
             except (OSError, pyfuse3.FUSEError) as exc:

@@ -5,7 +5,7 @@ What is lazy and what is not (docs/chaos.md says the same to users):
 
 * File data and size (``write``, ``truncate``/``ftruncate``, ``O_TRUNC``) stay in memory
   until ``fsync``/``fdatasync`` of that file; a crash forgets them.
-* Directory operations (create, mkdir, unlink, rmdir, rename, link, symlink) and attribute
+* Directory operations (create, mknod, mkdir, unlink, rmdir, rename, link, symlink) and attribute
   changes (chmod, chown, utimes) reach the backing directory at once: they survive a crash
   with or without a directory ``fsync``, which a real file system does not promise. That is
   LazyFS's choice too; it means this file system cannot catch a missing directory fsync.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyfuse3
 import trio
 
-from bookiesim.chaos.lazyfs.model import CrashReport, LazyState, SyncPlan
+from bookiesim.chaos.lazyfs.model import CrashReport, LazyState, ReadFaults, SyncPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,6 +81,8 @@ class LazyOperations(pyfuse3.Operations):
         self.held = 0
         """Fsyncs waiting now."""
         self._release = trio.Event()
+        self.read_faults = ReadFaults()
+        """The files whose reads answer EIO (``fail-reads``)."""
 
     # ---- inodes and paths -------------------------------------------------------------
 
@@ -164,6 +166,17 @@ class LazyOperations(pyfuse3.Operations):
                     f.write(torn.data)
         return report
 
+    def fail_reads(self, only: str) -> int:
+        """Reads of the files whose backing path contains ``only`` fail with EIO from now
+        on. Returns how many files this table knows now that match."""
+        self.read_faults.fail(only)
+        matching = 0
+        for found in self._inodes.values():
+            path = next((p for p in found.paths if only in p), None)
+            if path is not None and os.path.isfile(path):
+                matching += 1
+        return matching
+
     def sync_all(self) -> None:
         """Write every unsynced change (an orderly unmount, like a clean shutdown)."""
         for inode in self.state.files():
@@ -237,6 +250,15 @@ class LazyOperations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         path = self._child(parent_inode, name)
         _errors(lambda: os.mkdir(path, mode))
+        return self._lookup_path(path)
+
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        # The entry log pool creates its files so (one call, no descriptor); without it every
+        # bookie on this file system stopped preallocating at its first log (ENOSYS).
+        path = self._child(parent_inode, name)
+        _errors(lambda: os.mknod(path, mode, rdev))
         return self._lookup_path(path)
 
     def _unlinked(self, parent_inode: int, name: bytes, remove: Callable[[str], None]) -> None:
@@ -334,6 +356,9 @@ class LazyOperations(pyfuse3.Operations):
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         h = self._handles[fh]
+        found = self._inodes.get(h.inode)
+        if found is not None and self.read_faults.refuses(found.paths):
+            raise pyfuse3.FUSEError(errno.EIO)
         got = self.state.read(h.inode, off, size, lambda o, n: os.pread(h.fd, n, o))
         return _errors(lambda: os.pread(h.fd, size, off)) if got is None else got
 

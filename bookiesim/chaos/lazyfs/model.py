@@ -11,6 +11,10 @@ journal, its preallocated zeros).
 
 Files are named by any hashable key (the driver uses its inode numbers), so the hypothesis
 test drives this model against a plain reference with no file system at all.
+
+:class:`ReadFaults` is the other fault this file system plays: the files whose path contains
+a given text answer every read with EIO (a failing medium under some files), while their
+writes and syncs go on, until the fault is healed.
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable
+    from collections.abc import Callable, Hashable, Iterable
 
 K = TypeVar("K", bound="Hashable")
 
-__all__ = ["CrashReport", "FileOverlay", "LazyState", "SyncPlan", "TornWrite", "tear_length"]
+__all__ = [
+    "CrashReport",
+    "FileOverlay",
+    "LazyState",
+    "ReadFaults",
+    "SyncPlan",
+    "TornWrite",
+    "tear_length",
+]
 
 
 @dataclass
@@ -227,3 +239,47 @@ class LazyState(Generic[K]):
         )
         self._files.clear()
         return report
+
+
+class ReadFaults:
+    """Which files answer reads with EIO: those with a path containing one of the texts
+    failed and not healed since. Only reads: the overlay above, syncs and crashes do not look
+    here, so what a file holds is the same once its reads work again. A crash heals nothing
+    (a bad medium stays bad across a power loss)."""
+
+    def __init__(self) -> None:
+        self._texts: set[str] = set()
+        self.failed = 0
+        """Reads refused since the last :meth:`heal` of every text."""
+
+    @property
+    def texts(self) -> frozenset[str]:
+        return frozenset(self._texts)
+
+    def fail(self, text: str) -> None:
+        """From now on, reads of the files whose path contains ``text`` fail."""
+        if not text:
+            raise ValueError("the text of the paths whose reads fail must not be empty")
+        self._texts.add(text)
+
+    def heal(self, text: str | None = None) -> int:
+        """Reads of those files (of every file, without ``text``) work again. Returns the
+        reads refused since reads last all worked (the count restarts once no text is
+        left)."""
+        if text is None:
+            self._texts.clear()
+        else:
+            self._texts.discard(text)
+        failed = self.failed
+        if not self._texts:
+            self.failed = 0
+        return failed
+
+    def refuses(self, paths: Iterable[str]) -> bool:
+        """Whether a read of the file known by ``paths`` (its links) fails; counts it."""
+        if not self._texts:
+            return False
+        if any(text in path for path in paths for text in self._texts):
+            self.failed += 1
+            return True
+        return False

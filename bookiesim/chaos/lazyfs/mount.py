@@ -1,4 +1,5 @@
-"""The harness's handle on a lazy file system: start its process, crash it, unmount it.
+"""The harness's handle on a lazy file system: start its process, crash it, make reads of
+some of its files fail, unmount it.
 
 ``async with lazy_mount(backing, mnt) as fs: ...; await fs.crash(tear=0.5)``. The file
 system runs as ``python -m bookiesim.chaos.lazyfs`` (a bookie blocked in an fsync there
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.chaos.lazyfs.control import crash_line
+from bookiesim.chaos.lazyfs.control import crash_line, fail_reads_line, heal_reads_line
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -106,6 +107,19 @@ class LazyMount:
         if not only or any(c.isspace() for c in only):
             raise ValueError(f"hold_fsyncs({only!r}): non-empty text without spaces")
         await self._ask(f"hold only={only}")
+
+    async def fail_reads(self, only: str) -> int:
+        """From now on, reads of the files whose path contains ``only`` (e.g. ``".log"``,
+        the entry logs) fail with EIO; their writes and fsyncs go on. Returns how many files
+        the file system knows now that match."""
+        reply = await self._ask(fail_reads_line(only))
+        return int(reply.split("files=", 1)[1].split()[0])
+
+    async def heal_reads(self, only: str | None = None) -> int:
+        """Reads work again (of ``only``'s files, or of every file). Returns the reads
+        refused since reads last all worked."""
+        reply = await self._ask(heal_reads_line(only))
+        return int(reply.split("failed=", 1)[1].split()[0])
 
     async def wait_held(self) -> None:
         """Return once at least one fsync is held (bound it with a trio timeout)."""
