@@ -171,6 +171,25 @@ def _kill_namespace(namespace: str, wait: float = 5.0) -> list[int]:
     return killed
 
 
+def _kill_file_system_processes(mountpoint: str) -> list[int]:
+    """SIGKILL the lazy file system processes (``python -m bookiesim.chaos.lazyfs``) serving
+    ``mountpoint``; their pids."""
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if b"bookiesim.chaos.lazyfs" in args and os.fsencode(mountpoint) in args:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), signal.SIGKILL)
+                killed.append(int(entry))
+    return killed
+
+
 def _delete_namespace(namespace: str) -> None:
     _kill_namespace(namespace)
     _run(["ip", "netns", "delete", namespace], check=False)
@@ -349,9 +368,13 @@ def cleanup(run_id: str | None = None) -> list[str]:
             _run(["ip", "link", "delete", name], check=False)
             removed.append(f"link {name}")
         elif kind == "mount":
-            # Lazy: whatever still has a file open there lets go of it later.
+            # A lazy file system's process first (it would serve the mount on, detached),
+            # then the mount, lazily: whatever still has a file open there lets go later.
+            served = _kill_file_system_processes(name)
             _run(["umount", "-l", name], check=False)
-            removed.append(f"mount {name}")
+            removed.append(
+                f"mount {name}" + (f" (killed its file system, pid {served[0]})" if served else "")
+            )
         else:
             family, table = name.split()
             _run(["nft", "delete", "table", family, table], check=False)

@@ -10,11 +10,13 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+from bookiesim.chaos.lazyfs.mount import is_mounted
 from bookiesim.chaos.netns import LiveNetwork, leftovers
 from bookiesim.chaos.network import TestNetwork
 from bookiesim.cli import chaos_command
 from bookiesim.cli.main import main
 from tests.chaos.test_netns import need_network
+from tests.missing import need_fuse
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,4 +119,37 @@ def test_cleanup_unmounts_a_runs_small_disks(tmp_path: Path) -> None:
         with open("/proc/self/mounts") as mounts:
             assert str(where) not in mounts.read()
     finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+
+
+def test_cleanup_stops_a_runs_lazy_file_system(tmp_path: Path) -> None:
+    """A killed harness leaves its power-loss disks mounted and their file system processes
+    running (they are not in any node); cleanup kills each and detaches its mount."""
+    need_network()
+    need_fuse()
+    backing, where = tmp_path / "disk", tmp_path / "lazy"
+    backing.mkdir()
+    where.mkdir()
+    fsname = "bks-1a2yf5-b1-lazy"  # as `chaos run` names a bookie's lazy disk
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "bookiesim.chaos.lazyfs", str(where), str(backing),
+         "--fsname", fsname],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert daemon.stdout is not None
+        assert daemon.stdout.readline() == "lazyfs: ready\n"
+        (where / "unsynced").write_bytes(b"x")  # an open file's worth of state, never synced
+        assert ("mount", str(where)) in leftovers("1a2yf5")
+        done = cleanup_command("--run", "1a2yf5")
+        expected = f"removed mount {where} (killed its file system, pid {daemon.pid})\n"
+        assert (done.returncode, done.stdout) == (0, expected)
+        assert daemon.wait(timeout=10) == -signal.SIGKILL
+        assert not is_mounted(where)
+        again = cleanup_command("--run", "1a2yf5")
+        assert again.stdout == "chaos cleanup: nothing named bks-1a2yf5* left\n"
+    finally:
+        daemon.kill()
+        daemon.wait()
+        daemon.stdout.close()  # type: ignore[union-attr]
         subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)

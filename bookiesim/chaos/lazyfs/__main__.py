@@ -97,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mountpoint")
     parser.add_argument("backing")
     parser.add_argument("--control", help="the control socket (default MOUNTPOINT.control)")
+    parser.add_argument(
+        "--fsname",
+        default="lazyfs",
+        help="the source /proc/mounts shows (default lazyfs; the chaos harness names its run "
+        "there, bks-RUN-NODE-lazy, so that `bookiesim chaos cleanup` finds what a killed run left)",
+    )
     args = parser.parse_args(argv)
     lacking = missing()
     if lacking is not None:
@@ -109,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lazyfs: the {what} {path} is not a directory", file=sys.stderr)
             return 2
     ops = LazyOperations(args.backing)
-    options = set(pyfuse3.default_options) | {"fsname=lazyfs", "allow_other"}
+    if not args.fsname or any(c.isspace() or c == "," for c in args.fsname):
+        print(
+            f"lazyfs: --fsname {args.fsname!r} must be a word (no blank, no comma)", file=sys.stderr
+        )
+        return 2
+    options = set(pyfuse3.default_options) | {f"fsname={args.fsname}", "allow_other"}
     try:
         pyfuse3.init(ops, mountpoint, options)
     except RuntimeError as exc:

@@ -149,8 +149,12 @@ async def lazy_mount(
     backing: str | os.PathLike[str],
     mountpoint: str | os.PathLike[str],
     control: str | os.PathLike[str] | None = None,
+    *,
+    fsname: str = "lazyfs",
 ) -> AsyncIterator[LazyMount]:
-    """Mount ``backing`` lazily on ``mountpoint`` for the block; unmounted on every exit."""
+    """Mount ``backing`` lazily on ``mountpoint`` for the block; unmounted on every exit.
+    ``fsname`` is the source /proc/mounts shows (a run's name there lets ``chaos cleanup``
+    find it)."""
     mnt, ctl, log_path = _paths(mountpoint, control)
     # Its stderr goes to a file, not a pipe nobody drains once it is up (a full pipe would
     # block the file system, and with it the bookie).
@@ -165,6 +169,8 @@ async def lazy_mount(
                 os.fspath(backing),
                 "--control",
                 ctl,
+                "--fsname",
+                fsname,
             ],
             stdout=subprocess.PIPE,
             stderr=log_fd,
