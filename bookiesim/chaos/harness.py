@@ -345,8 +345,10 @@ class Run:
                     )
                     backing.mkdir(parents=True, exist_ok=True)
                     mnt.mkdir(parents=True, exist_ok=True)
+                    # The run in its source, for `chaos cleanup` after a killed harness.
+                    fsname = f"{self.live.net.hub}-{node}-lazy"
                     self.bookies.lazy[node] = await stack.enter_async_context(
-                        lazy_mount(backing, mnt)
+                        lazy_mount(backing, mnt, fsname=fsname)
                     )
             try:
                 await trio.to_thread.run_sync(self.bookies.start, nodes)
