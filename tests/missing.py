@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from bookiesim.bench.upstream import installation
 from bookiesim.chaos.lazyfs.mount import missing as lazyfs_missing
 from bookiesim.metadata.testing import ZooKeeperInstall, find_zookeeper
+from bookiesim.upstream.installation import installation
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

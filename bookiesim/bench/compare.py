@@ -55,9 +55,10 @@ from rich.table import Table
 
 from bookiesim.bench.bookie import process_cpu_seconds, run_client
 from bookiesim.bench.report import machine_info, positive_int, step_progress
-from bookiesim.bench.upstream import installation, upstream_bookie
+from bookiesim.bench.upstream import upstream_bookie
 from bookiesim.cluster.processes import BOOKIE_PROGRAM, bookie_process
 from bookiesim.console import make_console
+from bookiesim.upstream.installation import installation
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

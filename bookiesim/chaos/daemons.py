@@ -17,9 +17,17 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bookiesim.chaos.target import CURRENT, Target
+from bookiesim.chaos.upstream.bookies import (
+    init_cluster,
+    settings_of,
+    spawn_upstream_bookie,
+    upstream_conf,
+    wait_accepting,
+)
 from bookiesim.cluster.processes import (
     ClusterError,
     LocalBookie,
@@ -27,12 +35,12 @@ from bookiesim.cluster.processes import (
     spawn_bookie,
     wait_ready,
 )
+from bookiesim.upstream.installation import write_conf
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from bookiesim.chaos.lazyfs.mount import LazyMount
     from bookiesim.chaos.netns import LiveNetwork
+    from bookiesim.chaos.upstream.cluster import BookieKind
 
 __all__ = [
     "AUTORECOVERY_NODES",
@@ -99,6 +107,10 @@ class Bookies:
     """The bookiesim the bookies run (``--bookiesim-from``)."""
     small_disks: bool = False
     """Each ledger directory on a tmpfs of :data:`DISK_BYTES` (the ``disk`` family)."""
+    kinds: dict[str, BookieKind] = field(default_factory=dict)
+    """Whose bookie each node runs (``--cluster``); a node not named runs bookiesim's."""
+    home: Path | None = None
+    """Upstream's installation, for the nodes that run its bookie."""
     procs: dict[str, LocalBookie] = field(default_factory=dict)
     mounts: list[Path] = field(default_factory=list)
     lazy: dict[str, LazyMount] = field(default_factory=dict)
@@ -158,8 +170,14 @@ class Bookies:
         (self.root / node / "ledgers" / "filler").unlink(missing_ok=True)
 
     def start(self, nodes: list[str], *, again: bool = False) -> None:
+        upstream = [n for n in nodes if self.kinds.get(n) == "upstream"]
+        if upstream and not again:
+            self._format_for_upstream(upstream[0])
         started = []
         for node in nodes:
+            if node in upstream:
+                self.procs[node] = self._start_upstream(node)
+                continue
             refused = self.target.unknown_keys(self._settings(node))
             if refused:
                 raise ClusterError(
@@ -177,6 +195,34 @@ class Bookies:
             self.procs[node] = bookie
             started.append(bookie)
         wait_ready(started, 60)
+        wait_accepting([(self.procs[n], self.live.net.address(n)) for n in upstream])
+
+    def _upstream_conf(self, node: str) -> dict[str, object]:
+        where = Path(self.lazy[node].mountpoint) if node in self.lazy else self.root / node
+        assert self.home is not None
+        return upstream_conf(
+            address=self.live.net.address(node),
+            port=BOOKIE_PORT,
+            metadata_uri=self.uri,
+            journal=where / "journal",
+            ledgers=where / "ledgers",
+            settings=settings_of([*(DISK_SETTINGS if self.small_disks else ()), *self.extra]),
+        )
+
+    def _format_for_upstream(self, node: str) -> None:
+        """Upstream's ``initnewcluster`` (from ``node``), which its bookies need first."""
+        assert self.home is not None
+        work = self.root / "upstream-init"
+        work.mkdir(parents=True, exist_ok=True)
+        conf = write_conf(work / "bk_server.conf", self._upstream_conf(node))
+        init_cluster(self.home, work, conf, self.live.net.exec_argv(node, []))
+
+    def _start_upstream(self, node: str) -> LocalBookie:
+        assert self.home is not None
+        prefix = self.live.net.exec_argv(node, [])
+        return spawn_upstream_bookie(
+            node, self.root / node, self._upstream_conf(node), self.home, prefix
+        )
 
     def signal(self, node: str, sig: signal.Signals) -> None:
         _signal(self.procs[node].proc, sig)

@@ -26,6 +26,7 @@ import os
 import random
 import signal
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -46,9 +47,18 @@ from bookiesim.chaos.network import TestNetwork
 from bookiesim.chaos.overlap import plan_overlapping
 from bookiesim.chaos.overlap_run import run_overlapping
 from bookiesim.chaos.report import report_run
-from bookiesim.chaos.target import CURRENT, Target
-from bookiesim.chaos.workloads import Journeys, Workloads, WriterSpec
-from bookiesim.chaos.zookeepers import running_zookeepers, zookeeper_nodes
+from bookiesim.chaos.run_options import (
+    BUGS,
+    CLIENT,
+    CONVERGENCE,
+    HISTORY_NAME,
+    READ_ERROR_SETTINGS,
+    RunOptions,
+)
+from bookiesim.chaos.upstream.cluster import upstream_metadata_uri
+from bookiesim.chaos.upstream.java_writer import compile_writer, java_writer, writer_argv
+from bookiesim.chaos.workloads import Journeys, Workloads
+from bookiesim.chaos.zookeepers import running_zookeepers
 from bookiesim.client.bookkeeper import BookKeeper
 from bookiesim.client.context import ClientConfig
 from bookiesim.cluster.processes import ClusterError
@@ -57,6 +67,7 @@ from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from rich.console import Console
@@ -64,83 +75,9 @@ if TYPE_CHECKING:
     from bookiesim.chaos.history import FaultHandle
     from bookiesim.chaos.zookeepers import ZooKeepers
 
-__all__ = ["BOOKIE_PORT", "BUGS", "RunOptions", "run_schedule"]
+__all__ = ["BOOKIE_PORT", "BUGS", "HISTORY_NAME", "RunOptions", "in_namespace", "run_schedule"]
 
-BUGS: dict[str, tuple[str, str]] = {
-    "add-ignores-fence": (
-        "unsafeAddIgnoresFence=true",
-        "every bookie acknowledges a writer's add into a fenced ledger, so a writer goes on "
-        "past the end a recovery closed the ledger at (the checker's `fencing`)",
-    ),
-}
-"""Bug switches live bookies carry, by name: the bookie setting and what it breaks."""
-
-CLIENT = "c1"
-HISTORY_NAME = "history.jsonl"
-CONVERGENCE = 90.0
-"""Seconds after the heal within which every ledger must be replicated and a probe write
-succeed (the checker's bound, stated in the header)."""
 _CLONE_NEWNET = 0x40000000
-READ_ERROR_SETTINGS = ("flushInterval=1000",)
-"""With the ``eio`` family: a checkpoint a second, so that entries leave the sorted table (and
-locations the index's memory) for the files a read-error fault hits within a second, not ten."""
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    seed: int
-    duration: float
-    families: list[str]
-    bookies: int
-    out: Path
-    writers: list[WriterSpec]
-    journeys: tuple[str, ...] = ("ledger",)
-    """The command-line journeys: ``ledger`` (create, write, ...) and ``cluster``."""
-    bugs: list[str] = field(default_factory=list)
-    metadata: str = "sqlite"
-    """``sqlite`` (a file every node sees) or ``zk`` (ZooKeeper servers in nodes ``zk1``..)."""
-    zookeepers: int = 3
-    """ZooKeeper servers with ``zk`` metadata (1 or 3), each in a node of its own."""
-
-    @property
-    def zookeeper_nodes(self) -> list[str]:
-        return zookeeper_nodes(self.zookeepers) if self.metadata == "zk" else []
-
-    target: Target = CURRENT
-    """The bookiesim the bookies and the journeys run (``--bookiesim-from``)."""
-    overlap: bool = False
-    autorecovery_faults: bool = True
-    """``crash`` and ``pause`` may hit the auto-recovery daemons' nodes (False only in the
-    replay of a history from before they had nodes: its schedule drew bookies alone)."""
-    """Faults may overlap in time (:mod:`bookiesim.chaos.overlap`)."""
-
-    @property
-    def max_down(self) -> int:
-        """Bookies the writers' ensembles survive losing at once: what overlapping faults
-        may take down together."""
-        return self.bookies - max((w.ensemble for w in self.writers), default=0)
-
-    def meta(self) -> dict[str, Any]:
-        return {
-            "run": self.out.name,
-            "target": self.target.name,
-            **({"target_commit": self.target.commit} if self.target.commit else {}),
-            "seed": self.seed,
-            "duration": self.duration,
-            "families": self.families,
-            "bookies": self.bookies,
-            "writers": [
-                f"{w.ensemble}/{w.write_quorum}/{w.ack_quorum}{'v2' if w.v2 else ''}"
-                for w in self.writers
-            ],
-            "journeys": list(self.journeys),
-            "bugs": self.bugs,
-            "metadata": self.metadata,
-            "zookeepers": len(self.zookeeper_nodes),
-            "overlap": self.overlap,
-            "autorecovery_faults": self.autorecovery_faults,
-            "bounds": {"convergence": CONVERGENCE, "journey_grace": 15.0},
-        }
 
 
 def replay_command(history: Path) -> str:
@@ -384,10 +321,13 @@ class Run:
             end = self.started + opts.duration
             rng = random.Random(opts.seed)
             work = Workloads(self.rec, CLIENT, {False: bk, True: bk2}, rng, end)
+            java = await self._java_writers(work)
             self.say(f"{len(schedule)} faults planned over {opts.duration:.0f} s")
             async with trio.open_nursery() as nursery:
                 for i, spec in enumerate(opts.writers, 1):
                     nursery.start_soon(work.writer, spec, i)
+                for run_java in java:
+                    nursery.start_soon(run_java)
                 nursery.start_soon(work.tailer)
                 nursery.start_soon(work.recoverer)
                 if "ledger" in opts.journeys:
@@ -414,6 +354,26 @@ class Run:
                 self.autorecovery.signal(node, signal.SIGCONT)
             self.say("workloads done, every fault healed")
             await self.final_phase(work, bk)
+
+    async def _java_writers(self, work: Workloads) -> list[Callable[[], Awaitable[None]]]:
+        """Upstream's Java client as writers (``--java-writers``): compiled here, each run in
+        the client node; what runs each."""
+        opts, home = self.options, self.options.bookkeeper_home
+        if not opts.java_writers or home is None:
+            return []
+        work_dir = opts.out / "java"
+        classes = await trio.to_thread.run_sync(compile_writer, home, work_dir)
+        uri = upstream_metadata_uri(self.bookies.uri)
+        runs: list[Callable[[], Awaitable[None]]] = []
+        for i, spec in enumerate(opts.java_writers, 1):
+            name = f"java-writer-{i}"
+            argv = writer_argv(
+                home, classes, work_dir, uri, spec, opts.duration, opts.seed + i, name
+            )
+            log = opts.out / f"{name}.log"
+            argv = self.live.net.exec_argv(CLIENT, argv)
+            runs.append(partial(java_writer, work, argv, spec, i, log))
+        return runs
 
     async def _progress(self, end: float) -> None:
         while trio.current_time() < end:
@@ -495,7 +455,8 @@ def _run(
         bugs += list(READ_ERROR_SETTINGS) if "eio" in options.families else []
         nodes = Bookies(
             live, out / "bookies", uri, bugs, target=options.target,
-            small_disks="disk" in options.families,
+            small_disks="disk" in options.families, kinds=options.kinds,
+            home=options.bookkeeper_home,
         )  # fmt: skip
         daemons = AutoRecoveryDaemons(live, out / "autorecovery", uri)
         run = Run(options, live, nodes, rec, console, counts, daemons)

@@ -31,11 +31,13 @@ from bookiesim.chaos.netns import NetworkError, cleanup, leftovers, missing_priv
 from bookiesim.chaos.network import PREFIX
 from bookiesim.chaos.report import campaign_markdown, campaign_rows, load_summaries, render_campaign
 from bookiesim.chaos.target import CURRENT, TargetError, open_target, target_dir
-from bookiesim.chaos.workloads import parse_writers
+from bookiesim.chaos.upstream.cluster import CLUSTERS
+from bookiesim.chaos.workloads import WriterSpec, parse_writers
 from bookiesim.client.errors import BKError
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.console import make_console
 from bookiesim.metadata.errors import MetadataError
+from bookiesim.upstream.installation import installation
 
 __all__ = ["register"]
 
@@ -128,6 +130,28 @@ def _run_options(parser: argparse.ArgumentParser, *, campaign: bool) -> None:
         "the harness, the workloads' client and the checker stay this one",
     )
     parser.add_argument(
+        "--cluster",
+        choices=sorted(CLUSTERS),
+        default="bookiesim",
+        help="whose bookies: "
+        + "; ".join(f"{name}: {what}" for name, what in CLUSTERS.items())
+        + " (default bookiesim)",
+    )
+    parser.add_argument(
+        "--bookkeeper-home",
+        type=Path,
+        metavar="DIR",
+        help="upstream BookKeeper's installation (lib/*.jar, Java 17) for --cluster "
+        "upstream/mixed and --java-writers (default: BOOKKEEPER_HOME)",
+    )
+    parser.add_argument(
+        "--java-writers",
+        default="",
+        metavar="SPECS",
+        help="writers through upstream's own Java client, E/Qw/Qa comma-separated (compiled "
+        "at run time against the installation; default none)",
+    )
+    parser.add_argument(
         "--overlap",
         action="store_true",
         help="faults may overlap in time, never taking down more bookies at once than the "
@@ -182,6 +206,8 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         if args.families.strip() != "all":
             raise ValueError("the zk family needs --metadata zk")
         families.remove("zk")
+    java_writers = parse_writers(args.java_writers) if args.java_writers else []
+    home = _upstream_home(args, java_writers)
     return RunOptions(
         target=CURRENT if args.bookiesim_from is None else open_target(args.bookiesim_from),
         seed=args.seed,
@@ -196,7 +222,29 @@ def _options(args: argparse.Namespace, out: Path) -> RunOptions:
         zookeepers=args.zookeepers,
         overlap=args.overlap,
         autorecovery_faults=getattr(args, "autorecovery_faults", True),
+        cluster=args.cluster,
+        bookkeeper_home=home,
+        java_writers=java_writers,
     )
+
+
+def _upstream_home(args: argparse.Namespace, java_writers: list[WriterSpec]) -> Path | None:
+    """The installation an upstream or mixed cluster, or a Java writer, needs (None when the
+    run needs none); ``ValueError`` (one line) when it needs one it cannot have."""
+    if args.cluster == "bookiesim" and not java_writers:
+        return None
+    if args.metadata != "zk":
+        raise ValueError(
+            "upstream's bookies and client need ZooKeeper as the metadata store: give --metadata zk"
+        )
+    if args.cluster != "bookiesim" and args.bug:
+        raise ValueError("bug switches are bookiesim's: --bug needs --cluster bookiesim")
+    if args.cluster == "upstream" and args.bookiesim_from is not None:
+        raise ValueError("--bookiesim-from runs bookiesim's bookies: not with --cluster upstream")
+    found = installation(args.bookkeeper_home)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found.resolve()
 
 
 def _journeys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -270,6 +318,9 @@ def _replay(args: argparse.Namespace) -> int:
             # Before the daemons had nodes of their own, crash and pause drew bookies alone:
             # the same seed then draws the same schedule only without them.
             autorecovery_faults=bool(meta.get("autorecovery_faults", False)),
+            cluster=meta.get("cluster", "bookiesim"),
+            bookkeeper_home=meta.get("bookkeeper_home"),
+            java_writers=",".join(meta.get("java_writers", [])),
         )
     except (OSError, HistoryError) as exc:
         print(f"chaos replay: {exc}", file=sys.stderr)
@@ -324,6 +375,11 @@ def _run_argv(options: RunOptions, seed: int, out: Path) -> list[str]:
     if options.target.root is not None:
         argv += ["--bookiesim-from", str(options.target.root)]
     argv += ["--overlap"] if options.overlap else []
+    argv += ["--cluster", options.cluster]
+    if options.bookkeeper_home is not None:
+        argv += ["--bookkeeper-home", str(options.bookkeeper_home)]
+    if options.java_writers:
+        argv += ["--java-writers", ",".join(options.meta()["java_writers"])]
     return argv
 
 

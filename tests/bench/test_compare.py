@@ -27,8 +27,8 @@ from bookiesim.bench.compare import (
     summarize,
     workload_keys,
 )
-from bookiesim.bench.upstream import installation
 from bookiesim.cli.main import build_parser, main
+from bookiesim.upstream.installation import installation
 from tests.missing import upstream_skip
 
 QUICK_ARGS = ["bench", "compare", "--quick", "--adds", "2000", "--latency-seconds", "1"]

@@ -2,7 +2,7 @@
 
 An installation is whatever ``BOOKKEEPER_HOME`` names: a directory with ``lib/*.jar`` (the
 binary distribution, or a build's ``lib``), run with the ``java`` on ``PATH`` (17 or later);
-finding it and the ``java`` command line are :mod:`bookiesim.bench.upstream`'s, shared with
+finding it and the ``java`` command line are :mod:`bookiesim.upstream.installation`'s, shared with
 ``bookiesim bench compare``. Nothing of upstream's is kept in this repository: its bookie runs
 as ``server.Main``, its auto-recovery (auditor and replication worker) as
 ``replication.AutoRecoveryMain --conf``, its client as ``BookieShell`` commands
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bookiesim.bench import upstream
-from bookiesim.bench.upstream import tail
 from bookiesim.metadata.ledger_paths import ledger_path
 from bookiesim.metadata.ledgers import LedgerMetadata
 from bookiesim.metadata.testing import free_port
 from bookiesim.metadata.underreplication_format import decode_mark, decode_vote, ledger_id_of_mark
+from bookiesim.upstream import installation as upstream
+from bookiesim.upstream.installation import tail
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence

@@ -14,9 +14,9 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
-from bookiesim.bench.upstream import BOOKIE_JAVA_OPTS, java_command, tail, write_conf
-from bookiesim.chaos.upstream.target import upstream_metadata_uri
+from bookiesim.chaos.upstream.cluster import upstream_metadata_uri
 from bookiesim.cluster.processes import ClusterError, LocalBookie
+from bookiesim.upstream.installation import BOOKIE_JAVA_OPTS, java_command, tail, write_conf
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JAVA_OPTS",
+    "init_cluster",
     "init_cluster_argv",
+    "settings_of",
     "spawn_upstream_bookie",
     "upstream_bookie_argv",
     "upstream_conf",
@@ -65,6 +67,12 @@ def upstream_conf(
         "autoRecoveryDaemonEnabled": "false",
         **settings,
     }
+
+
+def settings_of(pairs: Sequence[str]) -> dict[str, str]:
+    """``key=value`` settings (the run's: disk thresholds, the checkpoint interval) as a
+    mapping for :func:`upstream_conf`; their keys are upstream's own names."""
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def upstream_bookie_argv(home: Path, work: Path, conf: Path) -> list[str]:

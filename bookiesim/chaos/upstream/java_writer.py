@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bookiesim.bench.upstream import java_command
+from bookiesim.upstream.installation import java_command
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

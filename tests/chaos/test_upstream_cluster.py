@@ -17,10 +17,10 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.bench.upstream import installation
 from bookiesim.chaos.checker import check_history
 from bookiesim.chaos.history import Recorder, parse_history
 from bookiesim.chaos.upstream.bookies import upstream_conf
+from bookiesim.chaos.upstream.cluster import CLUSTERS, bookie_kinds, upstream_metadata_uri
 from bookiesim.chaos.upstream.java_writer import (
     GRACE,
     SOURCE,
@@ -30,31 +30,31 @@ from bookiesim.chaos.upstream.java_writer import (
     parse_line,
     writer_argv,
 )
-from bookiesim.chaos.upstream.target import TARGETS, bookie_kinds, upstream_metadata_uri
 from bookiesim.chaos.workloads import Workloads, WriterSpec
+from bookiesim.upstream.installation import installation
 from tests.missing import upstream_skip
 
 NODES = st.lists(st.sampled_from([f"b{i}" for i in range(1, 8)]), min_size=1, unique=True)
 
 
-@given(NODES, st.sampled_from(sorted(TARGETS)))
+@given(NODES, st.sampled_from(sorted(CLUSTERS)))
 def test_every_node_runs_one_program_and_a_mixed_cluster_runs_both(
-    nodes: list[str], target: str
+    nodes: list[str], cluster: str
 ) -> None:
-    kinds = bookie_kinds(target, nodes)
+    kinds = bookie_kinds(cluster, nodes)
     assert list(kinds) == nodes
-    if target == "mixed":
+    if cluster == "mixed":
         assert kinds[nodes[0]] == "upstream"
         assert set(kinds.values()) == (
             {"upstream", "bookiesim"} if len(nodes) > 1 else {"upstream"}
         )
     else:
-        assert set(kinds.values()) == {target}
+        assert set(kinds.values()) == {cluster}
 
 
-def test_an_unknown_target_is_one_line() -> None:
+def test_an_unknown_cluster_is_one_line() -> None:
     with pytest.raises(
-        ValueError, match="unknown target 'jvm': choose from bookiesim, upstream, mixed"
+        ValueError, match="unknown cluster 'jvm': choose from bookiesim, upstream, mixed"
     ):
         bookie_kinds("jvm", ["b1"])
 

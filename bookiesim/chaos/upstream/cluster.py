@@ -1,4 +1,4 @@
-"""Which bookie program runs in which node (sans-IO).
+"""Whose bookies a run's cluster holds (``chaos run --cluster``), node by node (sans-IO).
 
 * ``bookiesim``: every bookie is bookiesim's;
 * ``upstream``: every bookie is upstream's ``server.Main``;
@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-__all__ = ["TARGETS", "BookieKind", "bookie_kinds", "upstream_metadata_uri"]
+__all__ = ["CLUSTERS", "BookieKind", "bookie_kinds", "upstream_metadata_uri"]
 
 BookieKind = Literal["bookiesim", "upstream"]
-TARGETS: dict[str, str] = {
+CLUSTERS: dict[str, str] = {
     "bookiesim": "every bookie is bookiesim's",
     "upstream": "every bookie is upstream's (needs an installation and --metadata zk)",
     "mixed": "upstream's bookies in b1, b3, ..., bookiesim's in b2, b4, ... (needs an "
@@ -26,13 +26,13 @@ TARGETS: dict[str, str] = {
 }
 
 
-def bookie_kinds(target: str, nodes: list[str]) -> dict[str, BookieKind]:
-    """The program of each bookie node; ``ValueError`` (one line) for an unknown target."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
+def bookie_kinds(cluster: str, nodes: list[str]) -> dict[str, BookieKind]:
+    """The program of each bookie node; ``ValueError`` (one line) for an unknown cluster."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"unknown cluster {cluster!r}: choose from {', '.join(CLUSTERS)}")
     kinds: dict[str, BookieKind] = {}
     for index, node in enumerate(nodes):
-        upstream = target == "upstream" or (target == "mixed" and index % 2 == 0)
+        upstream = cluster == "upstream" or (cluster == "mixed" and index % 2 == 0)
         kinds[node] = "upstream" if upstream else "bookiesim"
     return kinds
 

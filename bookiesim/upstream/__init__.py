@@ -1,0 +1,1 @@
+"""Upstream Apache BookKeeper as this machine has it (:mod:`.installation`)."""
