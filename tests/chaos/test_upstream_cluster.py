@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from bookiesim.chaos.upstream.java_writer import (
 )
 from bookiesim.chaos.workloads import Workloads, WriterSpec
 from bookiesim.upstream.installation import installation
-from tests.missing import upstream_skip
+from tests.chaos.test_netns import need_network
+from tests.missing import need_zookeeper, upstream_skip
 
 NODES = st.lists(st.sampled_from([f"b{i}" for i in range(1, 8)]), min_size=1, unique=True)
 
@@ -197,3 +199,32 @@ async def test_the_runner_relays_a_writers_output_and_keeps_stray_lines(tmp_path
     assert work.ledgers == {7}
     assert work.writing == {}
     assert log.with_suffix(".stdout").read_text() == "SLF4J: a library talking on stdout\n"
+
+
+@upstream_skip()
+def test_a_mixed_cluster_and_upstreams_own_client_take_faults_with_no_violation(
+    tmp_path: Path,
+) -> None:
+    """Live, with an installation: upstream's bookies in b1 and b3, bookiesim's in b2 and b4,
+    upstream's Java client writing beside bookiesim's writers, a crash and a pause."""
+    need_network()
+    need_zookeeper()
+    home = installation()
+    assert isinstance(home, Path)
+    out = tmp_path / "run"
+    argv = [
+        sys.executable, "-m", "bookiesim", "chaos", "run", "--cluster", "mixed",
+        "--bookkeeper-home", str(home), "--metadata", "zk", "--families", "crash,pause",
+        "--duration", "30", "--java-writers", "3/2/2", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["violations"] == {}
+    assert summary["addsLost"] == 0
+    assert summary["meta"]["cluster"] == "mixed"
+    history = parse_history((out / "history.jsonl").read_text())
+    java = [op for op in history.ops if op.process == "java-writer-1" and op.kind == "add"]
+    assert sum(op.outcome == "ok" for op in java) > 100
+    conf = (out / "bookies" / "b1" / "bk_server.conf").read_text()
+    assert "advertisedAddress=10.123.0.1\n" in conf  # b1 ran upstream's bookie
