@@ -41,7 +41,7 @@ from bookiesim.chaos.nemesis import (
     PlannedFault,
     plan_schedule,
 )
-from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition
+from bookiesim.chaos.netfaults import Loss, NetworkFault, OneWay, Partition, Slow
 from bookiesim.chaos.netns import FaultRecord, LiveNetwork
 from bookiesim.chaos.network import TestNetwork
 from bookiesim.chaos.overlap import plan_overlapping
@@ -129,6 +129,8 @@ class Run:
             return OneWay.of([CLIENT], fault.targets)
         if fault.kind == "session-expiry":
             return Partition.of(fault.targets, self.options.zookeeper_nodes)
+        if fault.kind == "slow":
+            return Slow(frozenset(fault.targets), int(fault.params["rate_kbit"]))
         others = [n for n in net.names if n not in fault.targets]
         return Loss.of(fault.targets, others, int(fault.params["percent"]))
 
@@ -141,7 +143,7 @@ class Run:
             assert self.zookeepers is not None
             await trio.to_thread.run_sync(self.zookeepers.crash, node)
             return None
-        if fault.family in ("net", "zk"):
+        if fault.family in ("net", "zk", "slow"):
             return await trio.to_thread.run_sync(self.live.start, self._network_fault(fault))
         if fault.family == "pause":
             self._processes(node).signal(node, signal.SIGSTOP)

@@ -21,6 +21,8 @@ least once.
   for longer than the session lasts (``ZK_FAULT_SECONDS``); with an ensemble of three also
   ``zk-crash`` (SIGKILL one server, started again at the heal) and ``zk-isolate`` (one server
   cut off from every node); needs ZooKeeper as the metadata store;
+* ``slow``: ``slow``, everything one bookie sends goes through a token bucket (``tbf``) of
+  16-128 kbit/s, queueing up to a second: the latency this kernel can add (no ``netem``);
 * ``eio``: ``read-error``, reads of one bookie's entry logs (``files=entry-logs``) or index
   files (``files=index``) answer EIO while its writes and syncs go on (its lazy disk's
   ``fail-reads``); not in ``all``, as ``power``.
@@ -60,6 +62,8 @@ FAMILIES: dict[str, str] = {
     "disk": "fill a bookie's ledger disk (a small tmpfs) until it turns read-only, then free it",
     "zk": "cut a bookie off from ZooKeeper long enough for its session to expire; with three "
     "servers, also SIGKILL one server (started again at the heal) or cut one off",
+    "slow": "a bookie's outgoing traffic through a token bucket (tbf) of 16-128 kbit/s, its "
+    "bulk replies queueing up to a second (this kernel has no netem for a fixed delay)",
     "power": "SIGKILL a bookie and make its disk (a lazy file system) forget every unsynced "
     "write, tearing the last one in some; then start it again",
     "eio": "make reads of a bookie's entry logs or index files fail with EIO (its lazy disk), "
@@ -77,6 +81,11 @@ READ_ERROR_FILES = {"entry-logs": ".log", "index": ".idx"}
 (entry logs ``current/<id>.log``, index files ``current/<a>/<b>/<ledger>.idx``)."""
 TEARS = (None, None, 12, 20, 100)
 """A power loss keeps this many bytes of the last unsynced write (None: none of it)."""
+
+SLOW_RATES_KBIT = (16, 32, 64, 128)
+"""A ``slow`` fault's token-bucket rate. The writers' answers from one bookie come to some
+200 kbit/s (three writers, ~150 adds/s each, ~50-byte responses and the TCP/IP headers):
+at 256 kbit/s a run showed no change at all; these rates make them queue."""
 
 FAULT_SECONDS = (3.0, 8.0)
 """A fault lasts between these (uniform)."""
@@ -189,6 +198,9 @@ def plan_schedule(
             kind, targets, params = _net_fault(rng, bookies, zookeepers)
         elif family == "zk":
             kind, targets = _zk_fault(rng, bookies, zookeepers)
+        elif family == "slow":
+            kind, targets = "slow", (rng.choice(bookies),)
+            params = {"rate_kbit": rng.choice(SLOW_RATES_KBIT)}
         elif family == "eio":
             kind, targets = "read-error", (rng.choice(bookies),)
             params = {"files": rng.choice(sorted(READ_ERROR_FILES))}

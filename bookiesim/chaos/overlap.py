@@ -59,9 +59,10 @@ NETWORK_KINDS = frozenset({"isolate", "split", "one-way", "loss", "session-expir
 """Faults the harness lays as nft rules of their own and lifts alone: they may overlap any
 fault on their nodes. Any other kind (a family added later included) counts as a process
 fault, the safe side."""
-SOFT_KINDS = frozenset({"loss"})
+SOFT_KINDS = frozenset({"loss", "slow"})
 """Faults after which their bookies still serve (slower): they take no bookie down. Packet
-loss leaves TCP to retransmit; a one-way cut does not (the client cannot reach the bookie)."""
+loss leaves TCP to retransmit, a token bucket queues; a one-way cut does not (the client
+cannot reach the bookie)."""
 LONGEST_FAULT = max(FAULT_SECONDS[1], ZK_FAULT_SECONDS[1])
 
 

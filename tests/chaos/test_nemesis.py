@@ -61,12 +61,13 @@ def test_a_long_schedule_has_every_kind() -> None:
         "session-expiry",
         "power-loss",
         "read-error",
+        "slow",
     }
 
 
 def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     # power and eio by name
-    assert parse_families("all") == ["net", "pause", "crash", "disk", "zk"]
+    assert parse_families("all") == ["net", "pause", "crash", "disk", "zk", "slow"]
     assert parse_families("none") == []
     assert parse_families("crash, net,crash") == ["crash", "net"]
     with pytest.raises(ValueError, match="unknown fault families \\['disco'\\]"):
@@ -83,7 +84,7 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     [
         (
             ["--families", "net,disco"],
-            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, power, "
+            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, slow, power, "
             "eio, all or none",
         ),
         (["--duration", "1"], "--duration must be at least 5 seconds"),
