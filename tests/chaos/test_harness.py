@@ -20,9 +20,10 @@ from tests.missing import need_fuse, need_zookeeper
 if TYPE_CHECKING:
     from pathlib import Path
 
-SEED = 7
-"""Its 30 s schedule: disk, pause, isolate, crash (checked below, so a change of the planner
-cannot quietly drop a family from this test)."""
+SEED = 408
+"""Its 34 s schedule: a pause of auto-recovery daemon ar1, loss, slow, a crash, a full disk
+(the families checked below, so a change of the planner cannot quietly drop one from this
+test)."""
 
 
 def _chaos(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -37,18 +38,19 @@ def _summary(out: Path) -> dict[str, Any]:
 
 def test_a_schedule_of_every_family_against_bookiesim_has_no_violation(tmp_path: Path) -> None:
     need_network()
-    families = ["net", "pause", "crash", "disk"]
-    planned = {f.family for f in plan_schedule(SEED, 30, families, ["b1", "b2", "b3", "b4"])}
+    families = ["net", "pause", "crash", "disk", "slow"]
+    bookies, daemons = ["b1", "b2", "b3", "b4"], ["ar1", "ar2"]
+    planned = {f.family for f in plan_schedule(SEED, 34, families, bookies, autorecovery=daemons)}
     assert planned == set(families) == set(FAMILIES) - {"zk", "power", "eio"}  # those: below
     out = tmp_path / "run"
-    args = ["--seed", str(SEED), "--duration", "30", "--families", ",".join(families)]
+    args = ["--seed", str(SEED), "--duration", "34", "--families", ",".join(families)]
     done = _chaos("run", *args, "--out", str(out))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = _summary(out)
     assert summary["violations"] == {}
     assert summary["acknowledgedAdds"] > 1000
     assert summary["addsLost"] == 0
-    assert set(summary["faults"]) >= {"disk", "pause", "crash"}
+    assert set(summary["faults"]) == {"disk", "pause", "crash", "slow", "loss"}
     assert summary["skipped"] == []  # read-back, convergence and journeys were all checked
     assert summary["ops"]["journey"].get("ok", 0) >= 5
     assert (out / "timeline.png").stat().st_size > 10_000

@@ -84,8 +84,8 @@ def test_families_and_writers_are_parsed_or_refused_in_one_line() -> None:
     [
         (
             ["--families", "net,disco"],
-            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, slow, power, "
-            "eio, all or none",
+            "unknown fault families ['disco']: choose from net, pause, crash, disk, zk, slow, "
+            "power, eio, all or none",
         ),
         (["--duration", "1"], "--duration must be at least 5 seconds"),
         (["--bookies", "2"], "--bookies must be at least 3 (the writers' ensembles need them)"),
