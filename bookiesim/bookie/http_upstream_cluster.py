@@ -13,6 +13,10 @@ registered in (routed only when the bookie has a ``metadataServiceUri``).
 ``GET /api/v1/ledger/metadata``             ``?ledger_id=N``: ``{"N": {...}}``, the ledger's
                                             metadata with upstream's field names (below); 404
                                             without ``ledger_id``
+``DELETE /api/v1/ledger/delete``            ``?ledger_id=N``: delete the ledger's metadata
+                                            (the bookies' GC reclaims its data); the JSON
+                                            string ``"Deleted ledger: N"``; 404 without
+                                            ``ledger_id``
 ==========================================  =================================================
 
 The metadata object, as upstream's JSON mapper writes its metadata class: ``ledgerId``,
@@ -141,9 +145,20 @@ class _ClusterRoutes:
             return _failed()
         return json_response({str(ledger_id): metadata_json(ledger_id, metadata)})
 
+    async def delete_ledger(self, request: AdminRequest) -> AdminResponse:
+        if "ledger_id" not in request.query:
+            return text_response("give the ledger: ?ledger_id=N", 404)
+        try:
+            ledger_id = int(request.query["ledger_id"])
+            await self.ledgers.delete(ledger_id)
+        except (ValueError, MetadataError):
+            return _failed()
+        return json_response(f"Deleted ledger: {ledger_id}")
+
 
 def add_upstream_cluster_routes(router: AdminRouter, store: MetadataStore) -> None:
     routes = _ClusterRoutes(store)
     router.add("GET", "/api/v1/bookie/list_bookies", routes.list_bookies)
     router.add("GET", "/api/v1/ledger/list", routes.list_ledgers)
     router.add("GET", "/api/v1/ledger/metadata", routes.ledger_metadata)
+    router.add("DELETE", "/api/v1/ledger/delete", routes.delete_ledger)

@@ -285,6 +285,14 @@ async def test_ledger_list_and_metadata(bookie: tuple[BookieService, int, str]) 
     assert (await call(port, "GET", "/api/v1/ledger/metadata?ledger_id=x")).status == 500
     assert (await call(port, "GET", "/api/v1/ledger/metadata?ledger_id=999999")).status == 500
 
+    deleted = await call(port, "DELETE", f"/api/v1/ledger/delete?ledger_id={ids[1]}")
+    assert (deleted.status, deleted.json()) == (200, f"Deleted ledger: {ids[1]}")
+    left = (await call(port, "GET", "/api/v1/ledger/list")).json()
+    assert left == {str(ids[0]): None, str(ids[2]): None}
+    assert (await call(port, "DELETE", "/api/v1/ledger/delete")).status == 404
+    assert (await call(port, "DELETE", f"/api/v1/ledger/delete?ledger_id={ids[1]}")).status == 500
+    assert (await call(port, "GET", f"/api/v1/ledger/delete?ledger_id={ids[0]}")).status == 404
+
 
 @given(st.integers(min_value=1, max_value=1000))
 def test_pages_cover_every_ledger_once(count: int) -> None:
