@@ -9,7 +9,7 @@ up to its last add confirmed. Answer: ``{"entry id": payload}``, each payload re
 an id that is not a number, or a ledger that does not exist, 500 with an empty body, as
 upstream's error service answers.
 
-:class:`LedgerReadCompanion` serves it beside the bookie on the bookie's store session.
+Served by :class:`~bookiesim.adminapi.companion.AdminApiCompanion`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,19 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import trio
-
-from bookiesim.bookie.http_admin import AdminRequest, AdminResponse, json_response, text_response
-from bookiesim.client import BookKeeper
+from bookiesim.bookie.http_admin import (
+    AdminRequest,
+    AdminResponse,
+    AdminRouter,
+    json_response,
+    text_response,
+)
 from bookiesim.client.errors import BKError
 
 if TYPE_CHECKING:
-    from bookiesim.bookie.process import CompanionContext
+    from bookiesim.client import BookKeeper
 
-__all__ = ["ENTRIES_PER_PAGE", "READ_PATH", "LedgerReadCompanion", "page_range"]
+__all__ = ["ENTRIES_PER_PAGE", "READ_PATH", "add_ledger_read_route", "page_range"]
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +91,5 @@ class _ReadRoute:
         return json_response(answer)
 
 
-class LedgerReadCompanion:
-    """Serves :data:`READ_PATH` beside a bookie, with a client on the bookie's session."""
-
-    name = "ledger reads (admin HTTP)"
-
-    async def serve(self, context: CompanionContext, *, task_status: trio.TaskStatus[None]) -> None:
-        async with BookKeeper(context.store) as client:
-            context.router.add("GET", READ_PATH, _ReadRoute(client).read)
-            task_status.started()
-            await trio.sleep_forever()
+def add_ledger_read_route(router: AdminRouter, client: BookKeeper) -> None:
+    router.add("GET", READ_PATH, _ReadRoute(client).read)

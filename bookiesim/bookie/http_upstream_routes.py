@@ -10,7 +10,8 @@ so that a script written against an upstream bookie sees the same statuses here.
 ``served`` says which of them bookiesim answers (the rest are unknown paths, 404). The
 handlers live by meaning: :mod:`.http_upstream_bookie` (this bookie's own state and files),
 :mod:`.http_upstream_cluster` (bookies and ledgers, through the metadata store),
-:mod:`.gc_admin` (GC) and :mod:`bookiesim.autorecovery.http_routes` (auto-recovery).
+:mod:`.gc_admin` (GC), :mod:`bookiesim.autorecovery.http_routes` (auto-recovery) and
+:mod:`bookiesim.adminapi` (what needs a client: ledger reads, the bookies' disk space).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class UpstreamRoute:
     served: bool
     """bookiesim answers this route (with upstream's methods, statuses and shapes)."""
     group: str
-    """Which module serves it: bookie, cluster, gc, autorecovery, metrics."""
+    """Which module serves it: bookie, cluster, gc, autorecovery, metrics, client
+    (:mod:`bookiesim.adminapi`, a companion with a BookKeeper client)."""
 
 
 def _route(
@@ -58,7 +60,7 @@ UPSTREAM_ROUTES: Final[tuple[UpstreamRoute, ...]] = (
     _route("/metrics", "GET", "metrics", wrong=403),
     _route(f"{_BOOKIE}/info", "GET", "bookie"),
     _route(f"{_BOOKIE}/list_bookies", "GET", "cluster"),
-    _route(f"{_BOOKIE}/list_bookie_info", "GET", "cluster", served=False),
+    _route(f"{_BOOKIE}/list_bookie_info", "GET", "client"),
     _route(f"{_BOOKIE}/state", "GET", "bookie"),
     _route(f"{_BOOKIE}/is_ready", "GET", "bookie"),
     _route(f"{_BOOKIE}/gc", "GET PUT", "gc", wrong=405),
@@ -74,7 +76,7 @@ UPSTREAM_ROUTES: Final[tuple[UpstreamRoute, ...]] = (
     _route(f"{_BOOKIE}/entry_location_compact", "GET PUT", "bookie", served=False),
     _route(f"{_LEDGER}/list", "GET", "cluster"),
     _route(f"{_LEDGER}/metadata", "GET", "cluster"),
-    _route(f"{_LEDGER}/read", "GET", "ledger read"),
+    _route(f"{_LEDGER}/read", "GET", "client"),
     _route(f"{_LEDGER}/delete", "DELETE", "cluster"),
     _route(f"{_AR}/bookie", "PUT", "autorecovery"),
     _route(f"{_AR}/list_under_replicated_ledger", "GET", "autorecovery"),

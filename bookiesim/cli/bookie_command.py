@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from bookiesim.adminapi.ledger_read import LedgerReadCompanion
+from bookiesim.adminapi.companion import AdminApiCompanion
 from bookiesim.autorecovery.service import AutoRecoveryCompanion
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.BAD_CONFIGURATION
     companions: list[Companion] = []
     if cfg.metadata_service_uri:
-        # Upstream's /api/v1/ledger/read needs a client on the bookie's store session.
-        companions.append(LedgerReadCompanion())
+        # Upstream's ledger/read and list_bookie_info need a client on the store session.
+        companions.append(AdminApiCompanion())
     if cfg.auto_recovery_daemon_enabled:
         companions.append(AutoRecoveryCompanion())
     try:

@@ -1,15 +1,19 @@
-"""Upstream's ``GET /api/v1/ledger/read`` on a running bookie (served by its companion): the
-entries, the range and page parameters, and the refusals as upstream answers them."""
+"""Upstream's ``GET /api/v1/ledger/read`` and ``/api/v1/bookie/list_bookie_info`` on a running
+bookie (served by its client companion): the entries, the range and page parameters, the
+disk space in upstream's strings, and the refusals as upstream answers them."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookiesim.adminapi.ledger_read import ENTRIES_PER_PAGE, LedgerReadCompanion, page_range
+from bookiesim.adminapi.bookie_info import readable
+from bookiesim.adminapi.companion import AdminApiCompanion
+from bookiesim.adminapi.ledger_read import ENTRIES_PER_PAGE, page_range
 from bookiesim.bookie.process import BookieService
 from bookiesim.client import BookKeeper
 from bookiesim.cluster.testing import bookie_config
@@ -26,7 +30,7 @@ PATH = "/api/v1/ledger/read"
 async def test_ledger_read(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/meta.db"
     service = BookieService(
-        bookie_config(tmp_path / "b", metadata_service_uri=uri), [LedgerReadCompanion()]
+        bookie_config(tmp_path / "b", metadata_service_uri=uri), [AdminApiCompanion()]
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
@@ -68,7 +72,27 @@ async def test_ledger_read(tmp_path: Path) -> None:
             assert (await call(port, "GET", f"{PATH}?ledger_id=abc")).status == 500
             assert (await call(port, "GET", f"{PATH}?ledger_id=424242")).status == 500
             assert (await call(port, "PUT", f"{PATH}?ledger_id={ledger_id}", {})).status == 404
+
+            info = await call(port, "GET", "/api/v1/bookie/list_bookie_info")
+            assert info.status == 200
+            me = service.address.bookie_id
+            assert list(info.json()) == [me, "ClusterInfo: "]
+            total, _free = service.bookie.disk_usage()
+            assert re.fullmatch(r": \{Free: \d+(\(.*\))?, Total: \d+(\(.*\))?\},", info.json()[me])
+            assert f"Total: {total}{readable(total)}" in info.json()[me]
+            assert info.json()["ClusterInfo: "].startswith("{Free: ")
+            wrong = await call(port, "POST", "/api/v1/bookie/list_bookie_info", {})
+            assert wrong.status == 404
         nursery.cancel_scope.cancel()
+
+
+def test_readable_sizes_as_upstream_writes_them() -> None:
+    assert readable(999) == ""
+    assert readable(1000) == "(1KB)"
+    assert readable(1_500_000_000) == "(1.5GB)"
+    assert readable(1_999_999) == "(1.999MB)"  # cut, not rounded
+    assert readable(123_456_789_012_345) == "(123.456TB)"
+    assert readable(5 * 10**18) == "(5000000TB)"
 
 
 @given(
