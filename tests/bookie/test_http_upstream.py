@@ -82,6 +82,15 @@ async def test_heartbeat_answers_every_method(bookie: tuple[BookieService, int, 
         assert (reply.status, reply.text) == (200, "OK\n")
 
 
+async def test_metrics_refuses_other_methods_with_403(
+    bookie: tuple[BookieService, int, str],
+) -> None:
+    _, port, _ = bookie
+    assert (await call(port, "GET", "/metrics")).status == 200
+    refused = await call(port, "POST", "/metrics", {})
+    assert (refused.status, refused.content_type) == (403, "text/plain; charset=utf-8")
+
+
 async def test_server_config_get_and_put(bookie: tuple[BookieService, int, str]) -> None:
     service, port, _ = bookie
     reply = await call(port, "GET", "/api/v1/config/server_config")
