@@ -8,8 +8,9 @@ registered in (routed only when the bookie has a ``metadataServiceUri``).
 ``GET /api/v1/ledger/list``                 ``{"ledger id": null}`` for every ledger, oldest
                                             first; ``?print_metadata=true`` gives each
                                             ledger's stored metadata as a string instead of
-                                            null, ``&page=N`` (from 1) only the Nth page of
-                                            them
+                                            null (``&decode_meta=true``: as the object
+                                            ``/ledger/metadata`` answers), ``&page=N`` (from
+                                            1) only the Nth page of them
 ``GET /api/v1/ledger/metadata``             ``?ledger_id=N``: ``{"N": {...}}``, the ledger's
                                             metadata with upstream's field names (below); 404
                                             without ``ledger_id``
@@ -28,8 +29,7 @@ bookie id}``), ``digestType`` (``CRC32``, ``MAC``, ``CRC32C``, ``DUMMY``), ``pas
 
 Pages are upstream's: a ledger's 1-based position ``i`` is on page ``N`` when
 ``100 (N-1) <= i <= 100 (N-1) + 99``, so page 1 holds 99 ledgers and later pages 100; a
-script that walks pages until one is empty sees every ledger once. ``decode_meta`` (upstream
-then writes its Java objects' fields) is not honoured: the stored form is given. A ``page``
+script that walks pages until one is empty sees every ledger once. A ``page``
 or ``ledger_id`` that is not a number, or a ledger that does not exist, gets 500 with an
 empty body, as upstream's error service answers.
 """
@@ -118,6 +118,7 @@ class _ClusterRoutes:
 
     async def list_ledgers(self, request: AdminRequest) -> AdminResponse:
         with_metadata = request.query.get("print_metadata") == "true"
+        decoded = request.query.get("decode_meta") == "true"
         page = -1
         if with_metadata and "page" in request.query:
             try:
@@ -125,14 +126,17 @@ class _ClusterRoutes:
             except ValueError:
                 return _failed()
         ledger_ids = await self.ledgers.list_ledgers()
-        answer: dict[str, str | None] = {}
+        answer: dict[str, str | dict[str, Any] | None] = {}
         for position, ledger_id in enumerate(ledger_ids, start=1):
             if not with_metadata:
                 answer[str(ledger_id)] = None
             elif on_page(position, page):
                 metadata, _version = await self.ledgers.read(ledger_id)
-                # As upstream: the stored bytes read as UTF-8 (binary parts replaced).
-                answer[str(ledger_id)] = metadata.to_bytes().decode("utf-8", errors="replace")
+                if decoded:
+                    answer[str(ledger_id)] = metadata_json(ledger_id, metadata)
+                else:
+                    # As upstream: the stored bytes read as UTF-8 (binary parts replaced).
+                    answer[str(ledger_id)] = metadata.to_bytes().decode("utf-8", errors="replace")
         return json_response(answer)
 
     async def ledger_metadata(self, request: AdminRequest) -> AdminResponse:

@@ -258,6 +258,8 @@ async def test_ledger_list_and_metadata(bookie: tuple[BookieService, int, str]) 
     with_meta = (await call(port, "GET", "/api/v1/ledger/list?print_metadata=true")).json()
     assert list(with_meta) == [str(i) for i in ids]
     assert all("BookieMetadataFormatVersion" in v for v in with_meta.values())
+    decoded = await call(port, "GET", "/api/v1/ledger/list?print_metadata=true&decode_meta=true")
+    assert [m["ledgerId"] for m in decoded.json().values()] == ids
     page_2 = await call(port, "GET", "/api/v1/ledger/list?print_metadata=true&page=2")
     assert page_2.json() == {}
     assert (await call(port, "GET", "/api/v1/ledger/list?print_metadata=true&page=x")).status == 500
