@@ -170,15 +170,16 @@ class BookieService:
         router.add("GET", "/metrics", metrics_handler(self.metrics.render))
         router.add("GET", "/api/v1/bookie/info", self._info)
         router.add("GET", "/api/v1/bookie/state", self._state)
-        add_gc_routes(router, self.bookie.gc, lambda: self.cfg_bookie_id)
+        add_gc_routes(router, self.bookie.gc, lambda: self.bookie_id)
         add_upstream_bookie_routes(router, self.cfg, lambda: self.bookie)
         if store is not None:
             add_upstream_cluster_routes(router, store)
+        answer_wrong_methods_as_upstream(router)
         return router
 
     @property
-    def cfg_bookie_id(self) -> str:
-        """This bookie's id once it listens (else the configured address and port)."""
+    def bookie_id(self) -> str:
+        """This bookie's id once it listens (before: the configured address and port)."""
         if self.address is not None:
             return self.address.bookie_id
         return f"{self.cfg.bookie_address}:{self.cfg.bookie_port}"
@@ -283,7 +284,7 @@ class BookieService:
                 )
                 for companion in self.companions:
                     await nursery.start(self._run_companion, companion, context)
-            answer_wrong_methods_as_upstream(router)
+            answer_wrong_methods_as_upstream(router)  # again, for the companions' routes
             task_status.started(self.address)
 
     @staticmethod
