@@ -3,7 +3,9 @@
 ==========================================  =================================================
 ``* /heartbeat``                            200 ``OK`` and a newline, any method
 ``GET /api/v1/config/server_config``        the configuration, ``{"key": "value", ...}`` with
-                                            every value a string (upstream's form)
+                                            every value a string; a value with commas is a
+                                            list to upstream's configuration, shown
+                                            ``[a, b]``
 ``PUT /api/v1/config/server_config``        a JSON object of keys to values, recorded and shown
                                             by GET; as upstream, nothing re-reads them (a
                                             restart with the file does); 404 without a body
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
     from bookiesim.bookie.bookie import Bookie
     from bookiesim.bookie.config import BookieConfig
 
-__all__ = ["DISK_FILE_TYPES", "add_upstream_bookie_routes", "disk_files"]
+__all__ = ["DISK_FILE_TYPES", "add_upstream_bookie_routes", "disk_files", "shown_as_upstream"]
 
 DISK_FILE_TYPES: dict[str, tuple[str, str]] = {
     # file_type: (answer's key, file suffix)
@@ -74,6 +76,13 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def shown_as_upstream(text: str) -> str:
+    """A configuration value as upstream's server_config shows it: its configuration splits
+    values at commas into lists, and a list shows as ``[a, b]``."""
+    parts = [part.strip() for part in text.split(",")]
+    return f"[{', '.join(parts)}]" if len(parts) > 1 else text
 
 
 def disk_files(directories: Iterable[Path], suffix: str) -> list[str]:
@@ -103,7 +112,10 @@ class _BookieRoutes:
         return text_response("OK\n")
 
     async def get_config(self, request: AdminRequest) -> AdminResponse:
-        values = {spec.key: spec.format(getattr(self.cfg, spec.attr)) for spec in CONFIG_KEYS}
+        values = {
+            spec.key: shown_as_upstream(spec.format(getattr(self.cfg, spec.attr)))
+            for spec in CONFIG_KEYS
+        }
         return json_response(values | self.config_set)
 
     async def put_config(self, request: AdminRequest) -> AdminResponse:
@@ -112,9 +124,10 @@ class _BookieRoutes:
         given = _json_object(request.body)
         if given is None:
             return _failed()
-        # Upstream keeps any value as given and shows it as a string.
+        # Upstream keeps any value as given and shows it as a string (a JSON list, as a
+        # Java list prints, is what json.dumps writes: "[1, 2]").
         self.config_set |= {
-            key: value if isinstance(value, str) else json.dumps(value)
+            key: shown_as_upstream(value) if isinstance(value, str) else json.dumps(value)
             for key, value in given.items()
         }
         return text_response("Success set server config.")
@@ -135,11 +148,16 @@ class _BookieRoutes:
         if given is None or not isinstance(wanted, bool) or set(given) - {"readOnly"}:
             return _failed()
         bookie = self.bookie()
-        if wanted and not bookie.is_read_only and not self.cfg.read_only_mode_enabled:
-            return text_response(
-                "readOnlyModeEnabled is false: this bookie cannot turn read-only", 400
-            )
-        bookie.set_admin_read_only(wanted)
+        # As upstream, only a change of state acts: asking a read-only bookie to be
+        # read-only leaves it to turn writable when its disks have room again.
+        if wanted and not bookie.is_read_only:
+            if not self.cfg.read_only_mode_enabled:
+                return text_response(
+                    "readOnlyModeEnabled is false: this bookie cannot turn read-only", 400
+                )
+            bookie.set_admin_read_only(True)
+        elif not wanted and bookie.is_read_only:
+            bookie.set_admin_read_only(False)
         return json_response({"readOnly": bookie.is_read_only})
 
     async def list_disk_file(self, request: AdminRequest) -> AdminResponse:

@@ -14,6 +14,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.bookie.http_upstream_bookie import shown_as_upstream
 from bookiesim.bookie.http_upstream_cluster import LEDGERS_PER_PAGE, on_page
 from bookiesim.bookie.http_upstream_routes import UPSTREAM_ROUTES
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
@@ -98,10 +99,17 @@ async def test_server_config_get_and_put(bookie: tuple[BookieService, int, str])
     assert all(isinstance(v, str) for v in config.values())
     assert config["bookiePort"] == str(service.cfg.bookie_port)
     assert config["readOnlyModeEnabled"] == "true"
-    put = await call(port, "PUT", "/api/v1/config/server_config", {"someKey": 7, "x": "y"})
+    body = {"someKey": 7, "x": "y", "flag": True, "hosts": "a:1,b:2", "items": [1, 2]}
+    put = await call(port, "PUT", "/api/v1/config/server_config", body)
     assert (put.status, put.text) == (200, "Success set server config.")
     after = (await call(port, "GET", "/api/v1/config/server_config")).json()
-    assert (after["someKey"], after["x"]) == ("7", "y")
+    assert {k: after[k] for k in body} == {
+        "someKey": "7",
+        "x": "y",
+        "flag": "true",
+        "hosts": "[a:1, b:2]",
+        "items": "[1, 2]",
+    }
     assert (await call(port, "PUT", "/api/v1/config/server_config")).status == 404
     assert (await call(port, "PUT", "/api/v1/config/server_config", b"[1]")).status == 500
     assert (await call(port, "DELETE", "/api/v1/config/server_config")).status == 404
@@ -220,6 +228,12 @@ async def test_read_only_state(bookie: tuple[BookieService, int, str]) -> None:
     assert service.bookie.is_read_only
     async with bookie_client(service) as client:
         assert (await client.add(9, 0, b"y")).status != pb.EOK
+    # Registered read-only, as upstream's transition: clients stop choosing it.
+    assert service.address is not None
+    ro = "/api/v1/bookie/list_bookies?type=ro"
+    with trio.fail_after(10):
+        while service.address.bookie_id not in (await call(port, "GET", ro)).json():  # noqa: ASYNC110
+            await trio.sleep(0.05)
     back = await call(port, "PUT", path, {"readOnly": False})
     assert (back.status, back.json()) == (200, {"readOnly": False})
     assert (await call(port, "PUT", path, b"not json")).status == 500
@@ -302,6 +316,15 @@ async def test_ledger_list_and_metadata(bookie: tuple[BookieService, int, str]) 
     assert (await call(port, "DELETE", "/api/v1/ledger/delete")).status == 404
     assert (await call(port, "DELETE", f"/api/v1/ledger/delete?ledger_id={ids[1]}")).status == 500
     assert (await call(port, "GET", f"/api/v1/ledger/delete?ledger_id={ids[0]}")).status == 404
+
+
+@given(st.lists(st.text(alphabet="abc:/ ", min_size=1), min_size=1, max_size=4))
+def test_config_values_show_as_upstreams_lists(parts: list[str]) -> None:
+    shown = shown_as_upstream(",".join(parts))
+    if len(parts) == 1:
+        assert shown == parts[0]
+    else:
+        assert shown == "[" + ", ".join(p.strip() for p in parts) + "]"
 
 
 @given(st.integers(min_value=1, max_value=1000))
