@@ -5,6 +5,13 @@ registered in (routed only when the bookie has a ``metadataServiceUri``).
 ``GET /api/v1/bookie/list_bookies``         ``?type=rw|ro`` (rw unless ``ro``),
                                             ``?print_hostnames=true``: ``{"bookie id":
                                             "host" or null}``
+``GET /api/v1/bookie/cluster_info``        ``auditorElected``, ``auditorId`` ("" when none),
+                                            ``clusterUnderReplicated`` (any ledger marked),
+                                            ``ledgerReplicationEnabled``, and the bookies:
+                                            ``totalBookiesCount`` (those with a cookie, as
+                                            upstream counts them), ``writableBookiesCount``,
+                                            ``readonlyBookiesCount``,
+                                            ``unavailableBookiesCount`` (the rest)
 ``GET /api/v1/ledger/list``                 ``{"ledger id": null}`` for every ledger, oldest
                                             first; ``?print_metadata=true`` gives each
                                             ledger's stored metadata as a string instead of
@@ -46,9 +53,11 @@ from bookiesim.bookie.http_admin import (
     json_response,
     text_response,
 )
-from bookiesim.metadata.errors import MetadataError
+from bookiesim.metadata.errors import MetadataError, NoNodeError
 from bookiesim.metadata.ledgers import DigestType, LedgerManager, LedgerMetadata, LedgerState
 from bookiesim.metadata.registration import live_bookies, read_only_bookies
+from bookiesim.metadata.store import join_path
+from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
     from bookiesim.metadata.store import MetadataStore
@@ -116,6 +125,29 @@ class _ClusterRoutes:
             {bookie_id: info.host if hostnames else None for bookie_id, info in found.items()}
         )
 
+    async def cluster_info(self, request: AdminRequest) -> AdminResponse:
+        urm = UnderReplicationManager(self.store)
+        auditor = await urm.auditor()
+        try:
+            # Upstream counts every bookie that has a cookie: those ever formatted here.
+            known = len(await self.store.children(join_path(self.store.ledgers_root, "cookies")))
+        except NoNodeError:
+            known = 0
+        writable = len(await live_bookies(self.store))
+        read_only = len(await read_only_bookies(self.store))
+        return json_response(
+            {
+                "auditorElected": auditor is not None,
+                "auditorId": auditor or "",
+                "clusterUnderReplicated": await urm.count() > 0,
+                "ledgerReplicationEnabled": await urm.is_enabled(),
+                "totalBookiesCount": known,
+                "writableBookiesCount": writable,
+                "readonlyBookiesCount": read_only,
+                "unavailableBookiesCount": known - writable - read_only,
+            }
+        )
+
     async def list_ledgers(self, request: AdminRequest) -> AdminResponse:
         with_metadata = request.query.get("print_metadata") == "true"
         decoded = request.query.get("decode_meta") == "true"
@@ -163,6 +195,7 @@ class _ClusterRoutes:
 def add_upstream_cluster_routes(router: AdminRouter, store: MetadataStore) -> None:
     routes = _ClusterRoutes(store)
     router.add("GET", "/api/v1/bookie/list_bookies", routes.list_bookies)
+    router.add("GET", "/api/v1/bookie/cluster_info", routes.cluster_info)
     router.add("GET", "/api/v1/ledger/list", routes.list_ledgers)
     router.add("GET", "/api/v1/ledger/metadata", routes.ledger_metadata)
     router.add("DELETE", "/api/v1/ledger/delete", routes.delete_ledger)

@@ -20,6 +20,7 @@ from bookiesim.bookie.http_upstream_routes import UPSTREAM_ROUTES
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.metadata import open_store
 from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata
+from bookiesim.metadata.underreplication import UnderReplicationManager
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 if TYPE_CHECKING:
@@ -137,6 +138,29 @@ async def test_list_bookies(bookie: tuple[BookieService, int, str]) -> None:
     assert named.json() == {me: service.address.host}
     assert (await call(port, "GET", "/api/v1/bookie/list_bookies?type=ro")).json() == {}
     assert (await call(port, "POST", "/api/v1/bookie/list_bookies", {})).status == 404
+
+
+async def test_cluster_info(bookie: tuple[BookieService, int, str]) -> None:
+    _, port, uri = bookie
+    reply = await call(port, "GET", "/api/v1/bookie/cluster_info")
+    assert reply.status == 200
+    assert reply.json() == {
+        "auditorElected": False,
+        "auditorId": "",
+        "clusterUnderReplicated": False,
+        "ledgerReplicationEnabled": True,
+        "totalBookiesCount": 1,
+        "writableBookiesCount": 1,
+        "readonlyBookiesCount": 0,
+        "unavailableBookiesCount": 0,
+    }
+    async with open_store(uri) as store:
+        urm = UnderReplicationManager(store)
+        await urm.mark_under_replicated(7, ["10.0.0.9:3181"])
+        await urm.disable()
+    after = (await call(port, "GET", "/api/v1/bookie/cluster_info")).json()
+    assert (after["clusterUnderReplicated"], after["ledgerReplicationEnabled"]) == (True, False)
+    assert (await call(port, "PUT", "/api/v1/bookie/cluster_info", {})).status == 404
 
 
 async def test_state_and_is_ready(bookie: tuple[BookieService, int, str]) -> None:
