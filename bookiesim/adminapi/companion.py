@@ -8,6 +8,7 @@ import trio
 
 from bookiesim.adminapi.bookie_info import add_bookie_info_route
 from bookiesim.adminapi.ledger_read import add_ledger_read_route
+from bookiesim.adminapi.sanity import add_sanity_route
 from bookiesim.client import BookKeeper
 
 if TYPE_CHECKING:
@@ -17,8 +18,8 @@ __all__ = ["AdminApiCompanion"]
 
 
 class AdminApiCompanion:
-    """Routes ``/api/v1/ledger/read`` and ``/api/v1/bookie/list_bookie_info`` with a
-    client on the bookie's own store session (a companion of
+    """Routes ``/api/v1/ledger/read``, ``/api/v1/bookie/list_bookie_info`` and
+    ``/api/v1/bookie/sanity`` with a client on the bookie's own store session (a companion of
     :class:`~bookiesim.bookie.process.BookieService`)."""
 
     name = "admin API client routes"
@@ -27,5 +28,6 @@ class AdminApiCompanion:
         async with BookKeeper(context.store) as client:
             add_ledger_read_route(context.router, client)
             add_bookie_info_route(context.router, client)
+            add_sanity_route(context.router, client, context.bookie_id)
             task_status.started()
             await trio.sleep_forever()

@@ -71,7 +71,7 @@ UPSTREAM_ROUTES: Final[tuple[UpstreamRoute, ...]] = (
     _route(f"{_BOOKIE}/last_log_mark", "GET", "bookie"),
     _route(f"{_BOOKIE}/state/readonly", "GET PUT", "bookie"),
     _route(f"{_BOOKIE}/expand_storage", "PUT", "bookie", served=False),
-    _route(f"{_BOOKIE}/sanity", "GET", "bookie", served=False),
+    _route(f"{_BOOKIE}/sanity", "GET", "client"),
     _route(f"{_BOOKIE}/cluster_info", "GET", "cluster"),
     _route(f"{_BOOKIE}/entry_location_compact", "GET PUT", "bookie", served=False),
     _route(f"{_LEDGER}/list", "GET", "cluster"),

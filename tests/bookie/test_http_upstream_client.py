@@ -1,6 +1,6 @@
 """Upstream's ``GET /api/v1/ledger/read`` and ``/api/v1/bookie/list_bookie_info`` on a running
 bookie (served by its client companion): the entries, the range and page parameters, the
-disk space in upstream's strings, and the refusals as upstream answers them."""
+disk space in upstream's strings, the sanity test, and the refusals as upstream answers them."""
 
 from __future__ import annotations
 
@@ -83,6 +83,16 @@ async def test_ledger_read(tmp_path: Path) -> None:
             assert info.json()["ClusterInfo: "].startswith("{Free: ")
             wrong = await call(port, "POST", "/api/v1/bookie/list_bookie_info", {})
             assert wrong.status == 404
+
+            before = set(await bk.list_ledgers())
+            sanity = await call(port, "GET", "/api/v1/bookie/sanity")
+            assert (sanity.status, sanity.json()) == (200, {"passed": True, "readOnly": False})
+            assert set(await bk.list_ledgers()) == before  # its ledger is deleted
+            service.bookie.set_admin_read_only(True)
+            refused = await call(port, "GET", "/api/v1/bookie/sanity")
+            assert refused.json() == {"passed": False, "readOnly": False}
+            service.bookie.set_admin_read_only(False)
+            assert (await call(port, "PUT", "/api/v1/bookie/sanity", {})).status == 404
         nursery.cancel_scope.cancel()
 
 
