@@ -32,16 +32,16 @@ purpose does (:mod:`.admin`), on the process's own store session.
 ``PUT /api/v1/autorecovery/status?enabled=B``       set it; answers the new ``{"enabled": bool}``
 ==================================================  ============================================
 
-Successful answers are upstream's, word for word (text where upstream answers text, JSON
-where it answers JSON), so scripts written for upstream's bookies work here. Refusals differ
-on purpose: upstream answers almost every error with 404 and a text body; here they are this
-admin API's JSON ``{"error": "..."}`` with the status that says what happened — 400 for a
-body or parameter that is wrong (naming it), 409 for a bookie to recover or decommission that
-is still registered, 503
-when nothing would act (no auditor elected, auto-recovery disabled) — while 404 keeps
-upstream's meaning of "nothing found" for the list and the auditor. A wrong method gets 405
-from the router, where upstream says 404. Upstream checks that a bookie to decommission is
-gone only in the background job, and logs the refusal; here the request is refused.
+Answers are upstream's: successful ones word for word (text where upstream answers text,
+JSON where it answers JSON), so scripts written for upstream's bookies work here, and
+refusals with upstream's status — 404 and a line of text for a body or parameter that is
+wrong, a bookie to recover or decommission that is still registered, nothing that would act
+(no auditor elected, auto-recovery disabled), nothing found; 400 for ``PUT status`` without
+``enabled``. The text is ours and names what is wrong. A wrong method gets 404 too (the
+bookie process routes upstream's paths so, :mod:`bookiesim.bookie.http_upstream_routes`).
+Two refusals are bookiesim's own: upstream accepts a request to recover a bookie that is
+still registered, and checks that a bookie to decommission is gone only in the background
+job (logging the refusal); here both are refused at once, with upstream's 404.
 
 Background jobs (recover, decommission) run in the process's nursery until done; their
 outcome goes to the log, as upstream's, and shows in the store (marks, metadata, cookies).
@@ -69,6 +69,7 @@ from bookiesim.bookie.http_admin import (
     json_response,
     text_response,
 )
+from bookiesim.bookie.http_upstream_routes import answer_wrong_methods_as_upstream
 from bookiesim.metadata.registration import registered_bookies
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
@@ -90,8 +91,9 @@ class _BadRequest(Exception):
     pass
 
 
-def _error(message: str, status: int) -> AdminResponse:
-    return json_response({"error": message}, status)
+def _refused(message: str, status: int = 404) -> AdminResponse:
+    # Upstream refuses with 404 and a line of text almost everywhere here.
+    return text_response(message, status)
 
 
 def _body(request: AdminRequest) -> dict[str, Any]:
@@ -136,11 +138,11 @@ class _Routes:
             if not isinstance(delete_cookie, bool):
                 raise _BadRequest('"delete_cookie" must be true or false')
         except (_BadRequest, AdminError) as exc:
-            return _error(str(exc), 400)
+            return _refused(str(exc))
         running = sorted(set(bookies) & await registered_bookies(self.store))
         if running:
             message = f"bookie {', '.join(running)} is registered (running): nothing to recover"
-            return _error(message, 409)
+            return _refused(message)
         self.nursery.start_soon(self._recover, bookies, delete_cookie)
         return text_response("Success send recovery request command.")
 
@@ -165,7 +167,7 @@ class _Routes:
             missing = check_bookie_id(missing) if missing else None
             excluding = check_bookie_id(excluding) if excluding else None
         except AdminError as exc:
-            return _error(str(exc), 400)
+            return _refused(str(exc))
         marks = await list_under_replicated(
             self.urm, missing_replica=missing, excluding_missing_replica=excluding
         )
@@ -185,13 +187,13 @@ class _Routes:
         try:
             await trigger_audit(self.urm)
         except AdminError as exc:
-            return _error(str(exc), 503)
+            return _refused(str(exc))
         return text_response("Success trigger audit.")
 
     async def get_delay(self, request: AdminRequest) -> AdminResponse:
         delay = await self.urm.get_lost_bookie_recovery_delay()
         if delay is None:
-            return _error("lostBookieRecoveryDelay is not in the store: no auditor wrote it", 404)
+            return _refused("lostBookieRecoveryDelay is not in the store: no auditor wrote it")
         return text_response(f"lostBookieRecoveryDelay value: {delay}")
 
     async def set_delay(self, request: AdminRequest) -> AdminResponse:
@@ -204,7 +206,7 @@ class _Routes:
                 raise _BadRequest(f'"delay_seconds" must be whole seconds, not {delay!r}')
             await set_lost_bookie_recovery_delay(self.urm, delay)
         except (_BadRequest, AdminError) as exc:
-            return _error(str(exc), 400)
+            return _refused(str(exc))
         return text_response(f"Success set lostBookieRecoveryDelay to {delay}")
 
     async def decommission(self, request: AdminRequest) -> AdminResponse:
@@ -215,10 +217,10 @@ class _Routes:
                 raise _BadRequest('"bookie_src" must be a bookie id (host:port)')
             bookie = check_bookie_id(source)
         except (_BadRequest, AdminError) as exc:
-            return _error(str(exc), 400)
+            return _refused(str(exc))
         if bookie in await registered_bookies(self.store):
             message = f"bookie {bookie} is still registered (it is running): stop it first"
-            return _error(message, 409)
+            return _refused(message)
         self.nursery.start_soon(self._decommission, bookie)
         return text_response(f"Success send decommission Bookie command {bookie}")
 
@@ -237,7 +239,7 @@ class _Routes:
     async def put_status(self, request: AdminRequest) -> AdminResponse:
         enabled = request.query.get("enabled")
         if enabled is None:
-            return _error(f"Param 'enabled' not found in {dict(request.query)}", 400)
+            return _refused("the query has no enabled=true|false", 400)
         if _bool_param(enabled):
             await self.urm.enable()
         else:
@@ -265,3 +267,4 @@ def add_autorecovery_routes(
     router.add("PUT", f"{PREFIX}/decommission", routes.decommission)
     router.add("GET", f"{PREFIX}/status", routes.get_status)
     router.add("PUT", f"{PREFIX}/status", routes.put_status)
+    answer_wrong_methods_as_upstream(router)

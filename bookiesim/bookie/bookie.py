@@ -111,6 +111,9 @@ class Bookie:
             on_fail=self._went_read_only,
         )
         self._read_only = False
+        # Read-only by an operator's request (PUT /api/v1/bookie/state/readonly), as
+        # upstream's manual transition; cleared only by the opposite request.
+        self._admin_read_only = False
         self._mode_changed = trio.Event()
         self.stop_requested = trio.Event()
         """Set when the bookie must stop by itself: it would turn read-only, and
@@ -188,20 +191,28 @@ class Bookie:
         index) directory full (:mod:`.disk_monitor`); reads and fencing go on."""
         return self._read_only
 
+    def set_admin_read_only(self, read_only: bool) -> None:
+        """An operator turns the bookie read-only, or lifts that (disks full or a failure
+        still keep it read-only)."""
+        if read_only != self._admin_read_only:
+            log.warning("bookie read-only by an admin request: %s", read_only)
+        self._admin_read_only = read_only
+        self._update_mode()
+
     def _update_mode(self) -> None:
-        read_only = self.failure is not None or self.disk_monitor.all_full
+        read_only = self.failure is not None or self.disk_monitor.all_full or self._admin_read_only
         if read_only == self._read_only:
             return
         self._read_only = read_only
         if not read_only:
-            log.warning("bookie is writable again: ledger directories have room")
+            log.warning("bookie is writable again")
         elif not self.cfg.read_only_mode_enabled:
             log.error(
                 "bookie must turn read-only and readOnlyModeEnabled=false: shutting down "
                 "(set readOnlyModeEnabled=true to keep serving reads)"
             )
             self.stop_requested.set()
-        elif self.failure is None:
+        elif self.failure is None and self.disk_monitor.all_full:
             log.warning("bookie is read-only: every ledger directory is full")
         self._mode_changed.set()
         self._mode_changed = trio.Event()

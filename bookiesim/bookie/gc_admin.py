@@ -4,8 +4,11 @@
 ``PUT /api/v1/bookie/gc``                              force a GC pass; optional JSON body
                                                        ``{"forceMajor": bool, "forceMinor": bool}``
                                                        (false suspends that compaction for the
-                                                       pass). ``?wait=true`` (bookiesim) answers
-                                                       when the pass is over, with its report.
+                                                       pass); upstream's answer, a JSON string.
+                                                       With ``?wait=`` (bookiesim) an object
+                                                       ``{"triggered", "message"}``;
+                                                       ``?wait=true`` answers when the pass is
+                                                       over, with its report.
 ``GET /api/v1/bookie/gc``                              ``{"is_in_force_gc": "true"|"false"}`` as
                                                        upstream, plus ``gcRunning``
 ``GET /api/v1/bookie/gc_details``                      upstream's list of one GC status object,
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from bookiesim.bookie.http_admin import AdminRequest, AdminResponse, AdminRouter, json_response
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection
 
     from bookiesim.gc.collector import GarbageCollector, GcRunReport
 
@@ -95,8 +98,11 @@ def report_json(report: GcRunReport) -> dict[str, Any]:
     }
 
 
-def add_gc_routes(router: AdminRouter, gc: GarbageCollector) -> None:
-    """Route the GC endpoints of the table above to ``gc``."""
+def add_gc_routes(
+    router: AdminRouter, gc: GarbageCollector, bookie_id: Callable[[], str] = lambda: ""
+) -> None:
+    """Route the GC endpoints of the table above to ``gc`` (``bookie_id`` names the bookie
+    in upstream's answer to a trigger)."""
 
     async def trigger(request: AdminRequest) -> AdminResponse:
         try:
@@ -107,6 +113,9 @@ def add_gc_routes(router: AdminRouter, gc: GarbageCollector) -> None:
         if wait not in ("true", "false", "1", "0", ""):
             return json_response({"error": f"wait must be true or false, not {wait!r}"}, 400)
         triggered = gc.trigger(flags.get("forceMajor"), flags.get("forceMinor"))
+        if "wait" not in request.query:
+            # Upstream's answer: a JSON string naming the bookie.
+            return json_response(f"Triggered GC on BookieServer: {bookie_id()}")
         answer: dict[str, Any] = {
             "triggered": triggered,
             "message": "GC triggered" if triggered else "a forced GC is already pending",
@@ -134,7 +143,10 @@ def add_gc_routes(router: AdminRouter, gc: GarbageCollector) -> None:
             }
             for u in gc.usage.describe()
         ]
-        return json_response([gc.status() | {"entryLogs": logs}])
+        # Upstream's entry-location fields are about DbLedgerStorage's index compaction,
+        # which bookiesim's storages do not have: never run, so zero.
+        upstream_only = {"lastEntryLocationCompactionTime": 0, "entryLocationCompactionCounter": 0}
+        return json_response([gc.status() | upstream_only | {"entryLogs": logs}])
 
     async def suspend(request: AdminRequest) -> AdminResponse:
         try:

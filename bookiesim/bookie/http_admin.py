@@ -134,6 +134,9 @@ class AdminRouter:
 
     def __init__(self) -> None:
         self._routes: dict[str, dict[str, Handler]] = {}
+        # Per path, who answers a method that is not routed there (instead of our 405):
+        # upstream's admin API answers most wrong methods with 404 and a line of text.
+        self._wrong_method: dict[str, Handler] = {}
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         """Register ``handler`` for ``method`` on ``path``; registering a pair twice is an error."""
@@ -145,6 +148,15 @@ class AdminRouter:
         if method in methods:
             raise ValueError(f"{method} {path} is already routed")
         methods[method] = handler
+
+    def on_wrong_method(self, path: str, handler: Handler) -> None:
+        """Answer methods not routed on ``path`` with ``handler`` rather than 405."""
+        if path not in self._routes:
+            raise ValueError(f"{path} is not routed")
+        self._wrong_method[path] = handler
+
+    def routed(self, path: str) -> bool:
+        return path in self._routes
 
     def allowed(self, path: str) -> list[str]:
         """Methods routed on ``path`` (``HEAD`` included wherever ``GET`` is), sorted."""
@@ -161,6 +173,8 @@ class AdminRouter:
         handler = methods.get(request.method)
         if handler is None and request.method == "HEAD":
             handler = methods.get("GET")
+        if handler is None and request.path in self._wrong_method:
+            handler = self._wrong_method[request.path]
         if handler is None:
             allow = ", ".join(self.allowed(request.path))
             response = _error(405, f"method {request.method} not allowed on {request.path}")

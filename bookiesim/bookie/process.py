@@ -55,6 +55,9 @@ from bookiesim.bookie.http_admin import (
     metrics_handler,
     serve_admin,
 )
+from bookiesim.bookie.http_upstream_bookie import add_upstream_bookie_routes
+from bookiesim.bookie.http_upstream_cluster import add_upstream_cluster_routes
+from bookiesim.bookie.http_upstream_routes import answer_wrong_methods_as_upstream
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.bookie.server import BookieServer
 from bookiesim.bookie.upstream_keys import not_applied_warning
@@ -160,16 +163,31 @@ class BookieService:
         self._server = BookieServer(processor, max_frame_size=self.cfg.netty_max_frame_size_bytes)
         self._bookie = bookie
 
-    def admin_router(self) -> AdminRouter:
+    def admin_router(self, store: MetadataStore | None = None) -> AdminRouter:
+        """bookiesim's routes and upstream's (:mod:`.http_upstream_routes`); those answered
+        from the metadata store only with ``store``. Companions add theirs later."""
         router = AdminRouter()
         router.add("GET", "/metrics", metrics_handler(self.metrics.render))
         router.add("GET", "/api/v1/bookie/info", self._info)
         router.add("GET", "/api/v1/bookie/state", self._state)
-        add_gc_routes(router, self.bookie.gc)
+        add_gc_routes(router, self.bookie.gc, lambda: self.bookie_id)
+        add_upstream_bookie_routes(router, self.cfg, lambda: self.bookie)
+        if store is not None:
+            add_upstream_cluster_routes(router, store)
+        answer_wrong_methods_as_upstream(router)
         return router
 
+    @property
+    def bookie_id(self) -> str:
+        """This bookie's id once it listens (before: the configured address and port)."""
+        if self.address is not None:
+            return self.address.bookie_id
+        return f"{self.cfg.bookie_address}:{self.cfg.bookie_port}"
+
     async def _info(self, request: AdminRequest) -> AdminResponse:
-        return json_response(self.info())
+        total, free = self.bookie.disk_usage()
+        # Upstream's two keys first (its whole answer), then bookiesim's.
+        return json_response({"freeSpace": free, "totalSpace": total} | self.info())
 
     async def _state(self, request: AdminRequest) -> AdminResponse:
         # High-priority writes are refused too while read-only (docs/bookie.md, disk full).
@@ -254,7 +272,7 @@ class BookieService:
             bookie_port = await nursery.start(
                 partial(self.server.serve, cfg.bookie_address, cfg.bookie_port, listeners=listeners)
             )
-            router = self.admin_router()
+            router = self.admin_router(store)
             http_port = await nursery.start(
                 serve_admin, router, cfg.http_server_host, cfg.http_server_port
             )
@@ -266,6 +284,7 @@ class BookieService:
                 )
                 for companion in self.companions:
                     await nursery.start(self._run_companion, companion, context)
+            answer_wrong_methods_as_upstream(router)  # again, for the companions' routes
             task_status.started(self.address)
 
     @staticmethod

@@ -29,6 +29,7 @@ from bookiesim.autorecovery.service import AutoRecoveryService
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import ConfigError
 from bookiesim.bookie.http_admin import AdminRouter, metrics_handler, serve_admin
+from bookiesim.bookie.http_upstream_routes import answer_wrong_methods_as_upstream
 from bookiesim.bookie.process import LOG_FORMAT
 from bookiesim.bookie.upstream_keys import not_applied_warning
 from bookiesim.cli.bookie_command import add_config_arguments, config_from_args
@@ -78,6 +79,7 @@ async def run_until_signalled(
                 serve_admin, router, cfg.http_server_host, cfg.http_server_port
             )
             await nursery.start(service.run)
+            answer_wrong_methods_as_upstream(router)
             task_status.started(service)
             if announce:
                 ready = {

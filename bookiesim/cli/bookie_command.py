@@ -12,6 +12,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from bookiesim.adminapi.companion import AdminApiCompanion
 from bookiesim.autorecovery.service import AutoRecoveryCompanion
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
@@ -22,6 +23,8 @@ from bookiesim.metadata.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
     import argparse
+
+    from bookiesim.bookie.process import Companion
 
 log = logging.getLogger("bookiesim.bookie.process")
 """The bookie's own logger: the refusal reads like its other start-up lines."""
@@ -105,7 +108,12 @@ def run(args: argparse.Namespace) -> int:
     if not_a_dir is not None:
         print(f"bookiesim bookie: {not_a_dir}", file=sys.stderr)
         return exit_codes.BAD_CONFIGURATION
-    companions = [AutoRecoveryCompanion()] if cfg.auto_recovery_daemon_enabled else []
+    companions: list[Companion] = []
+    if cfg.metadata_service_uri:
+        # Upstream's ledger/read and list_bookie_info need a client on the store session.
+        companions.append(AdminApiCompanion())
+    if cfg.auto_recovery_daemon_enabled:
+        companions.append(AutoRecoveryCompanion())
     try:
         return main_sync(cfg, companions)
     except BaseException as exc:

@@ -110,7 +110,7 @@ def _gc(args: argparse.Namespace, out: Out) -> int:
         body = {}
         if args.major or args.minor or args.no_compaction:
             body = {"forceMajor": bool(args.major), "forceMinor": bool(args.minor)}
-        query = "" if args.no_wait else "?wait=true"
+        query = "?wait=false" if args.no_wait else "?wait=true"
         answer = _admin_call(base, "PUT", "/api/v1/bookie/gc" + query, body, timeout)
         report = answer.get("report")
         if out.json_lines:
