@@ -106,6 +106,9 @@ def test_both_shells_print_the_same_lines(cluster: tuple[Upstream, Path]) -> Non
     upstream, conf = cluster
 
     def theirs(*args: str) -> list[str]:
+        return theirs_with(conf, *args)
+
+    def theirs_with(conf: Path, *args: str) -> list[str]:
         command = java_command(
             upstream.home, upstream.work, upstream.java_opts, UPSTREAM_SHELL, "-conf", str(conf)
         )
@@ -121,6 +124,11 @@ def test_both_shells_print_the_same_lines(cluster: tuple[Upstream, Path]) -> Non
         assert mine[:1] == upstreams[:1], verb
         assert sorted(mine[1:]) == sorted(upstreams[1:]), verb
     assert ours_says(conf, "listledgers") == theirs("listledgers")
+    # The legacy form of the metadata location, as older bk_server.conf files give it.
+    legacy = conf.with_name("legacy.conf")
+    hosts, root = upstream.root.hosts, upstream.root.path
+    legacy.write_text(f"zkServers={hosts}\nzkLedgersRootPath={root}\nzkTimeout=10000\n")
+    assert ours_says(legacy, "listledgers") == theirs_with(legacy, "listledgers")
     assert ours_says(conf, "listledgers", "-m") == theirs("listledgers", "-m")
     ledgers = [int(line.split()[-1]) for line in ours_says(conf, "listledgers")]
     assert len(ledgers) == 2

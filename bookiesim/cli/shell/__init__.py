@@ -89,6 +89,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print entry bodies too",
     )  # fmt: skip
     readlog.add_argument(
+        "--upstream-output",
+        action="store_true",
+        help="print upstream's entry blocks (--------- Lid=L, Eid=E, ByteOffset=P, ...)",
+    )
+    readlog.add_argument(
+        "-sp", "--startpos", type=int, metavar="P",
+        help="with --upstream-output: records overlapping bytes P.. only",
+    )  # fmt: skip
+    readlog.add_argument(
+        "-ep", "--endpos", type=int, metavar="P",
+        help="with --upstream-output: records starting at P or before only",
+    )  # fmt: skip
+    readlog.add_argument(
         "--log-id",
         type=entry_logs.log_id,
         metavar="ID",

@@ -17,6 +17,7 @@ from bookiesim.cli.shell.common import (
     error_line,
 )
 from bookiesim.cli.shell.disk_files import locate_entry_log
+from bookiesim.cli.shell.readlog_upstream import readlog_upstream
 from bookiesim.console import Column
 from bookiesim.entrylog.format import MAX_LOG_ID, EntryLogFormatError, parse_log_file_name
 from bookiesim.entrylog.metadata import (
@@ -69,6 +70,10 @@ def readlog(args: argparse.Namespace, out: Out) -> int:
     log_id = known_id if known_id is not None else parse_log_file_name(path.name)
     if log_id is None:
         raise ShellError(path, "not named <hex id>.log; pass its id with --log-id")
+    if args.upstream_output:
+        return readlog_upstream(args, out.lines, path, log_id)
+    if args.startpos is not None or args.endpos is not None:
+        raise ShellError(path, "-sp/-ep select a byte range for --upstream-output")
     if path.stat().st_size == 0:
         return _empty_log(out, path, log_id, args.ledgers_map)
     if args.ledgers_map:
