@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -305,3 +306,54 @@ def test_stores_entries_agrees_with_the_round_robin_write_sets(size: int, data: 
         expected = holds if closed else True
         assert stores_entries(metadata, bookie) == expected
     assert not stores_entries(metadata, "other:1")
+
+
+def _ledger_blocks(
+    capsys: pytest.CaptureFixture[str], conf: Path, ledger_id: int
+) -> tuple[list[str], int]:
+    """``readlog --upstream-output -l`` of the first of the bookie's logs that holds the
+    ledger's entries, and its id; nothing found: ``[]``."""
+    listed, _ = shell(capsys, "listfilesondisc", "-log", "-conf", str(conf))
+    for path in listed[1:]:
+        if not path:
+            continue
+        log_id = int(path.rsplit("/", 1)[1].removesuffix(".log"), 16)
+        out, _ = shell(capsys, "-conf", str(conf), "readlog", str(log_id), "--upstream-output",
+                       "-l", str(ledger_id))  # fmt: skip
+        assert out[0] == f"Scan entry log {log_id} ({log_id:x}.log) for LedgerId {ledger_id} "
+        if len(out) > 2:
+            return out, log_id
+    return [], -1
+
+
+def test_readlog_upstream_output_blocks(
+    cluster: Path, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bookie = _state(cluster)["bookies"][0]["bookieId"]
+    written = int(ledger(capsys, cluster, "create", "-e", "3", "-w", "3", "-a", "3").split()[0])
+    ledger(capsys, cluster, "write", str(written), "--count", "3", "--size", "30")
+    found, _ = shell(capsys, "listledgers", "-bookieid", bookie, "-conf", str(conf))
+    assert f"ledgerID: {written}" in found
+    # The entries reach an entry log at the bookie's next flush (flushInterval, 10 s here).
+    blocks, log_id = _ledger_blocks(capsys, conf, written)
+    deadline = time.monotonic() + 30
+    while not blocks and time.monotonic() < deadline:
+        time.sleep(1)
+        blocks, log_id = _ledger_blocks(capsys, conf, written)
+    assert blocks, "the bookie did not flush the ledger to an entry log in 30 s"
+    header = re.compile(
+        rf"--------- Lid={written}, Eid=(\d+), ByteOffset=(\d+), EntrySize=(\d+) -{{9}}"
+    )
+    heads = [header.fullmatch(line) for line in blocks[1::4]]
+    assert all(heads), blocks
+    assert [int(m[1]) for m in heads if m] == [0, 1, 2]
+    assert all(line == "Type:           DATA" for line in blocks[2::4])
+    assert all(line.startswith("LastConfirmed:  ") for line in blocks[3::4])
+    first = heads[0]
+    assert first is not None
+    offset = int(first[2])
+    out, _ = shell(capsys, "-conf", str(conf), "readlog", str(log_id), "--upstream-output",
+                   "-sp", str(offset), "-ep", str(offset))  # fmt: skip
+    assert out[1] == blocks[1]
+    _, err = shell(capsys, "-conf", str(conf), "readlog", str(log_id), "-sp", "5", code=2)
+    assert "--upstream-output" in err

@@ -38,6 +38,9 @@ TOOL_LINE = re.compile(r"^(?:INFO|WARN|ERROR) (\w+) - (.*)$")
 """A line upstream's shell logs (our log4j2 pattern: ``LEVEL Class - message``)."""
 TOOLS = {
     "ListBookiesCommand",
+    "ListFilesOnDiscCommand",
+    "ReadLogCommand",
+    "FormatUtil",
     "ListLedgersCommand",
     "LedgerMetaDataCommand",
     "ReadLedgerCommand",
@@ -66,7 +69,9 @@ def shape(lines: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def cluster(zookeeper_server: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple[Upstream, Path]]:
+def cluster(
+    zookeeper_server: ZooKeeperServer, tmp_path: Path
+) -> Iterator[tuple[Upstream, Path, Path]]:
     """Three bookiesim bookies in a fresh root; upstream's shell configuration for it."""
     parent = f"/shell-{uuid.uuid4().hex[:8]}"
     root = Root(zookeeper_server.hosts, f"{parent}/ledgers")
@@ -82,12 +87,14 @@ def cluster(zookeeper_server: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple
     (tmp_path / "bookiesim").mkdir()
     upstream = Upstream(install, root, tmp_path / "upstream")
     ours = Bookiesim(root, tmp_path / "bookiesim")
-    with ours.bookie("b1"), ours.bookie("b2"), ours.bookie("b3"):
+    with ours.bookie("b1") as b1, ours.bookie("b2"), ours.bookie("b3"):
         closed = ours.write_ledger(3, 2, 2, 5)
         ours.ledger("close", str(closed))
         ours.ledger("create", "-e", "2", "-w", "2", "-a", "1", "--meta", "owner=shell")
         conf = upstream.conf("shell", 0, tmp_path / "shell")
-        yield upstream, conf
+        # Bookie b1's own directories, for the verbs that read them.
+        conf_b1 = upstream.conf("b1", b1.port, b1.dirs)
+        yield upstream, conf, conf_b1
 
 
 def ours_says(conf: Path, *args: str) -> list[str]:
@@ -102,8 +109,8 @@ def ours_says(conf: Path, *args: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_both_shells_print_the_same_lines(cluster: tuple[Upstream, Path]) -> None:
-    upstream, conf = cluster
+def test_both_shells_print_the_same_lines(cluster: tuple[Upstream, Path, Path]) -> None:
+    upstream, conf, conf_b1 = cluster
 
     def theirs(*args: str) -> list[str]:
         return theirs_with(conf, *args)
@@ -140,6 +147,23 @@ def test_both_shells_print_the_same_lines(cluster: tuple[Upstream, Path]) -> Non
     assert ours_says(conf, *verb) == theirs(*verb)
     assert shape(ours_says(conf, "bookieinfo")) == shape(theirs("bookieinfo"))
     simple = ["simpletest", "-e", "3", "-w", "2", "-a", "2", "-n", "50"]
+    # A bookie's files: the same paths under the same headers (upstream orders files of
+    # equal times as its directory listing does, ours by name: compared as sets).
+    files = ["listfilesondisc", "-txn", "-log", "-idx"]
+    mine, upstreams = ours_says(conf_b1, *files), theirs_with(conf_b1, *files)
+    assert [line for line in mine if line.startswith("-")] == [
+        line for line in upstreams if line.startswith("-")
+    ]
+    assert sorted(mine) == sorted(upstreams)
+    # An entry log of it, read by id, in upstream's blocks.
+    logs = [line for line in mine if line.endswith(".log")]
+    for path in logs:
+        log_id = str(int(Path(path).stem, 16))
+        blocks = ours_says(conf_b1, "readlog", log_id, "--upstream-output")
+        if len(blocks) > 1:
+            break
+    assert len(blocks) > 1, "no entry log of b1 holds an entry"
+    assert blocks == theirs_with(conf_b1, "readlog", log_id)
     # Less the progress lines ("I entries written"), one a second: a matter of speed.
     progress = "N entries written"
     mine = [line for line in shape(ours_says(conf, *simple)) if line != progress]
