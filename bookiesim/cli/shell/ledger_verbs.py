@@ -109,6 +109,7 @@ async def ledgermetadata(args: argparse.Namespace, out: LineWriter, console: Con
                         "metadata exists; -update overwrites it", ledger_id=ledger_id
                     ) from None
                 await bk.store.set(manager.path_of(ledger_id), metadata.to_bytes(), ANY_VERSION)
+                # Upstream's line, spelling included: scripts match it.
                 out.line(f"successsfully updated ledger metadata {ledger_id}")
             return
         try:
