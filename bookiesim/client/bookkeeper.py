@@ -55,7 +55,7 @@ from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.v3 import from_message
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Collection, Mapping
     from types import TracebackType
 
     from bookiesim.metadata.store import MetadataStore
@@ -179,13 +179,19 @@ class BookKeeper:
         digest_type: DigestType = DigestType.CRC32C,
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        *,
+        among: Collection[str] | None = None,
     ) -> LedgerHandle:
-        """A new OPEN ledger on ``ensemble_size`` live bookies chosen at random."""
+        """A new OPEN ledger on ``ensemble_size`` live bookies chosen at random (from
+        ``among`` only, when given: the shell's ``bookiesanity`` places on the local bookie,
+        as upstream's ``LocalBookieEnsemblePlacementPolicy`` does)."""
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(
                 f"need E >= Qw >= Qa >= 1, got E={ensemble_size} Qw={write_quorum} Qa={ack_quorum}"
             )
         live = sorted(await self.live_bookies())
+        if among is not None:
+            live = [bookie for bookie in live if bookie in among]
         if len(live) < ensemble_size:
             raise NotEnoughBookiesError(
                 f"an ensemble of {ensemble_size} needs that many live bookies; "

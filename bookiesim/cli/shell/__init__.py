@@ -14,6 +14,12 @@ readindex, lastmark), ``gc_admin`` (gc), ``mlinfo`` and ``cookies`` (which read 
 metadata store), ``autorecovery`` (listunderreplicated, whoisauditor, triggeraudit,
 lostbookierecoverydelay, autorecovery) and ``recovery`` (recover, decommissionbookie), which
 act on a cluster's auto-recovery as upstream's shell does; ``common`` is what they share.
+
+Upstream's cluster verbs, with upstream's option names and output lines: ``bookies``
+(listbookies, bookieinfo), ``ledger_verbs`` (listledgers, ledgermetadata, readledger),
+``client_checks`` (simpletest, bookiesanity), ``disk_files`` (listfilesondisc, and readlog's
+log ids); ``cluster_target`` is how they find the cluster (``-conf FILE`` before or after
+the verb, ``--metadata URI``, ``--cluster DIR``).
 """
 
 from __future__ import annotations
@@ -22,8 +28,13 @@ import argparse
 
 from bookiesim.cli.shell import entry_logs, gc_admin, journal_files
 from bookiesim.cli.shell.autorecovery import register_autorecovery_commands
+from bookiesim.cli.shell.bookies import register_bookie_verbs
+from bookiesim.cli.shell.client_checks import register_client_checks
+from bookiesim.cli.shell.cluster_target import add_conf_argument
 from bookiesim.cli.shell.common import COMMON_JSON, Command, runner
 from bookiesim.cli.shell.cookies import register_cookie_commands
+from bookiesim.cli.shell.disk_files import register_listfilesondisc
+from bookiesim.cli.shell.ledger_verbs import register_ledger_verbs
 from bookiesim.cli.shell.mlinfo import register_mlinfo
 from bookiesim.cli.shell.recovery import register_recovery_commands
 
@@ -37,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Inspect a bookie's files (ours or upstream's: the formats are the same). "
         "Exit code 2 and one line on stderr when a file is missing or not what it claims.",
     )
+    add_conf_argument(shell, dest="shell_conf")
     commands = shell.add_subparsers(dest="shell_command", metavar="COMMAND", required=True)
 
     def add(name: str, help_text: str, epilog: str, run: Command) -> argparse.ArgumentParser:
@@ -57,11 +69,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         entry_logs.READLOG_KEYS,
         entry_logs.readlog,
     )
-    readlog.add_argument("file", metavar="FILE")
+    readlog.add_argument(
+        "file",
+        metavar="FILE|ID",
+        help="the entry log's path, or its id (decimal, as upstream's; found through -conf)",
+    )
+    add_conf_argument(readlog)
     readlog.add_argument("--ledgers-map", action="store_true", help="print the ledgers map")
-    readlog.add_argument("--ledger", type=int, metavar="L", help="only entries of ledger L")
-    readlog.add_argument("--entry", type=int, metavar="E", help="only entries with id E")
-    readlog.add_argument("--print-body", action="store_true", help="print entry bodies too")
+    readlog.add_argument(
+        "-l", "--ledgerid", "--ledger", dest="ledger", type=int, metavar="L",
+        help="only entries of ledger L",
+    )  # fmt: skip
+    readlog.add_argument(
+        "-e", "--entryid", "--entry", dest="entry", type=int, metavar="E",
+        help="only entries with id E",
+    )  # fmt: skip
+    readlog.add_argument(
+        "-m", "--msg", "--print-body", dest="print_body", action="store_true",
+        help="print entry bodies too",
+    )  # fmt: skip
+    readlog.add_argument(
+        "--upstream-output",
+        action="store_true",
+        help="print upstream's entry blocks (--------- Lid=L, Eid=E, ByteOffset=P, ...)",
+    )
+    readlog.add_argument(
+        "-sp", "--startpos", type=int, metavar="P",
+        help="with --upstream-output: records overlapping bytes P.. only",
+    )  # fmt: skip
+    readlog.add_argument(
+        "-ep", "--endpos", type=int, metavar="P",
+        help="with --upstream-output: records starting at P or before only",
+    )  # fmt: skip
     readlog.add_argument(
         "--log-id",
         type=entry_logs.log_id,
@@ -93,6 +132,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     lastmark.add_argument("dir", metavar="DIR")
 
+    register_bookie_verbs(commands)
+    register_ledger_verbs(commands)
+    register_client_checks(commands)
+    register_listfilesondisc(commands)
     register_mlinfo(commands)
     register_cookie_commands(commands)
     register_autorecovery_commands(commands)

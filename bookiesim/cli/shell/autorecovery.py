@@ -59,19 +59,26 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--cluster", type=Path, metavar="DIR", help="a `cluster up` directory")
     where.add_argument("--metadata", metavar="URI", help="metadata store (sqlite:///… or zk://…)")
-    where.add_argument("--conf", metavar="FILE", help="a bk_server.conf: its metadataServiceUri")
+    where.add_argument(
+        "-conf",
+        "--conf",
+        dest="conf",
+        metavar="FILE",
+        help="a bk_server.conf: its metadataServiceUri",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("-v", "--verbose", action="store_true", help="the libraries' log")
 
 
 def store_uri(args: argparse.Namespace) -> str:
-    if args.conf:
+    conf = args.conf or getattr(args, "shell_conf", None)  # `shell -conf FILE VERB` too
+    if conf and not (args.metadata or args.cluster):
         try:
-            uri = BookieConfig.from_file(args.conf).metadata_service_uri
+            uri = BookieConfig.from_file(conf).metadata_service_uri
         except (ConfigError, OSError) as exc:
-            raise CommandError(f"--conf {args.conf}: {exc}") from None
+            raise CommandError(f"--conf {conf}: {exc}") from None
         if not uri:
-            raise CommandError(f"--conf {args.conf}: no metadataServiceUri in it")
+            raise CommandError(f"--conf {conf}: no metadataServiceUri in it")
         return uri
     return metadata_uri(args)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -17,6 +16,8 @@ from bookiesim.cli.shell.common import (
     counted,
     error_line,
 )
+from bookiesim.cli.shell.disk_files import locate_entry_log
+from bookiesim.cli.shell.readlog_upstream import readlog_upstream
 from bookiesim.console import Column
 from bookiesim.entrylog.format import MAX_LOG_ID, EntryLogFormatError, parse_log_file_name
 from bookiesim.entrylog.metadata import (
@@ -27,6 +28,9 @@ from bookiesim.entrylog.metadata import (
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log
 from bookiesim.proto.entry_header import body_lac
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 READLOG_KEYS = """\
 JSON keys, entries ({"type": "entry"}):
@@ -62,10 +66,14 @@ def log_id(text: str) -> int:
 
 
 def readlog(args: argparse.Namespace, out: Out) -> int:
-    path = Path(args.file)
-    log_id = args.log_id if args.log_id is not None else parse_log_file_name(path.name)
+    path, known_id = locate_entry_log(args)
+    log_id = known_id if known_id is not None else parse_log_file_name(path.name)
     if log_id is None:
         raise ShellError(path, "not named <hex id>.log; pass its id with --log-id")
+    if args.upstream_output:
+        return readlog_upstream(args, out.lines, path, log_id)
+    if args.startpos is not None or args.endpos is not None:
+        raise ShellError(path, "-sp/-ep select a byte range for --upstream-output")
     if path.stat().st_size == 0:
         return _empty_log(out, path, log_id, args.ledgers_map)
     if args.ledgers_map:
