@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import trio
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
 from bookiesim.chaos.harness import in_namespace
+from bookiesim.chaos.netfaults import Partition
 from bookiesim.chaos.netns import LiveNetwork
 from bookiesim.chaos.network import TestNetwork
 from bookiesim.chaos.zookeepers import running_zookeepers, zookeeper_nodes
+from bookiesim.metadata.factory import open_store
 from tests.chaos.test_netns import need_network
 from tests.missing import need_zookeeper
 
@@ -70,3 +73,34 @@ def test_an_ensemble_of_three_takes_writes_with_its_leader_killed_and_the_leader
             alone.stop()
             alone.close()
     assert all(m.proc is None for m in zks.ensemble.members)
+
+
+async def _open_and_read(uri: str) -> float:
+    started = trio.current_time()
+    async with open_store(uri, session_timeout=4.0, connect_timeout=3.0) as store:
+        await store.children("/")
+    return trio.current_time() - started
+
+
+def test_a_client_whose_first_server_is_cut_off_connects_to_another_in_time(
+    tmp_path: Path,
+) -> None:
+    """A server whose packets vanish (partitioned: no refusal, no answer) costs a connecting
+    client its share of the session timeout, as ZooKeeper's own client, not the whole of it.
+    The client knows the cut-off zk3 and a serving zk1, in kazoo's random order: ten opens
+    each pick zk3 first half the time, and each must connect within its 3 s (before, one
+    that picked zk3 waited the 4 s session timeout there and failed)."""
+    need_network()
+    need_zookeeper()
+    nodes = zookeeper_nodes(3)
+    plan = TestNetwork.plan([*nodes, "c1"])
+    with (
+        LiveNetwork(plan) as live,
+        in_namespace(plan.node("c1").namespace),
+        running_zookeepers(live.net, nodes, tmp_path / "zk") as zks,
+    ):
+        live.start(Partition.isolate(plan, "zk3"))
+        zks.ensemble.wait_serving([1, 2])  # a new leader, if zk3 led
+        uri = f"zk://{plan.address('zk3')}:2181;{plan.address('zk1')}:2181"
+        took = [trio.run(_open_and_read, uri) for _ in range(10)]
+    assert max(took) < 3.0, took
