@@ -112,6 +112,8 @@ class Run:
     counts: dict[tuple[str, str], int]
     autorecovery: AutoRecoveryDaemons
     zookeepers: ZooKeepers | None = None
+    cut_off_sessions: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """By fault (``id``): the bookies whose ZooKeeper sessions it cut off."""
     started: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -144,6 +146,7 @@ class Run:
             await trio.to_thread.run_sync(self.zookeepers.crash, node)
             return None
         if fault.family in ("net", "zk", "slow"):
+            await self._note_cut_off_sessions(fault)
             return await trio.to_thread.run_sync(self.live.start, self._network_fault(fault))
         if fault.family == "pause":
             self._processes(node).signal(node, signal.SIGSTOP)
@@ -200,12 +203,39 @@ class Run:
                 return {"error": self.notes[-1]}
         return {}
 
+    async def _note_cut_off_sessions(self, fault: PlannedFault) -> None:
+        """Before a fault cuts ZooKeeper servers off from bookies (``zk-isolate``, a ``split``
+        with servers on the minority side), the bookies whose sessions are on those servers:
+        they count as down too. A client notices a silent server after 2/3 of its session
+        and then needs another server within the rest, so with 5 s sessions theirs may expire
+        and their registration vanish until they register again (the campaign's seed 3006:
+        two of four bookies so, a `ledger create` found one registered)."""
+        servers = [n for n in fault.targets if n in self.options.zookeeper_nodes]
+        if self.zookeepers is None or not servers or fault.kind not in ("zk-isolate", "split"):
+            return
+        by_address = {self.live.net.address(n): n for n in self.bookies.procs}
+        cut: list[str] = []
+        for server in servers:
+            hosts = await trio.to_thread.run_sync(self.zookeepers.client_hosts, server)
+            cut += [
+                by_address[h]
+                for h in hosts
+                if h in by_address and by_address[h] not in fault.targets
+            ]
+        self.cut_off_sessions[id(fault)] = tuple(sorted(set(cut)))
+
+    def down_of(self, fault: PlannedFault) -> tuple[str, ...]:
+        """What a fault's record names ``down``: its targets, and the bookies whose ZooKeeper
+        sessions it cut off (:meth:`_note_cut_off_sessions`)."""
+        return (*fault.targets, *self.cut_off_sessions.get(id(fault), ()))
+
     async def nemesis(self, schedule: list[PlannedFault]) -> None:
         if self.options.overlap:
             nodes, most = list(self.bookies.procs), self.options.max_down
             await run_overlapping(
-                schedule, self.started, nodes, most, self._inject, self._heal, self.rec, self.say
-            )
+                schedule, self.started, nodes, most, self._inject, self._heal, self.rec, self.say,
+                down_of=self.down_of,
+            )  # fmt: skip
             return
         for fault in schedule:
             await trio.sleep_until(self.started + fault.start)
@@ -217,7 +247,7 @@ class Run:
             # answers reads EIO, and a journey's read or recovery cannot count on it. `down`
             # is one set over a step's whole span, so overstating it only excuses more steps.
             handle: FaultHandle = self.rec.fault_start(
-                fault.kind, fault.targets, fault.params, down=fault.targets
+                fault.kind, fault.targets, fault.params, down=self.down_of(fault)
             )
             self.say(
                 f"[yellow]fault {handle.id}[/yellow] {fault.describe()} for {fault.length:.1f} s"

@@ -15,7 +15,7 @@ must never wait for a restart that needs that heal to register).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -67,6 +67,8 @@ async def run_overlapping(
     heal: Heal,
     rec: Recorder,
     say: Callable[[str], None],
+    *,
+    down_of: Callable[[PlannedFault], Sequence[str]] | None = None,
 ) -> None:
     """Inject and heal every fault of ``schedule`` at its times (seconds after ``started``,
     trio's clock), recording each as the one-at-a-time nemesis does."""
@@ -88,8 +90,9 @@ async def run_overlapping(
                 return
             async with network if is_network else contextlib.nullcontext():
                 record = await inject(fault)
-            # Every target counts as down, as in the one-at-a-time nemesis.
-            handle = rec.fault_start(fault.kind, fault.targets, fault.params, down=fault.targets)
+            # Every target counts as down, as in the one-at-a-time nemesis (and what down_of adds).
+            down = fault.targets if down_of is None else down_of(fault)
+            handle = rec.fault_start(fault.kind, fault.targets, fault.params, down=down)
             say(f"[yellow]fault {handle.id}[/yellow] {fault.describe()} for {fault.length:.1f} s")
             await trio.sleep_until(started + fault.end)
             async with network if is_network else contextlib.nullcontext():

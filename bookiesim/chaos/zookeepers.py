@@ -57,6 +57,11 @@ class ZooKeepers:
     def serving(self) -> list[str]:
         return [self.nodes[myid - 1] for myid in self.ensemble.serving()]
 
+    def client_hosts(self, node: str) -> list[str]:
+        """The addresses of the clients connected to server ``node`` now (the asking node's
+        own ``stat`` connection among them)."""
+        return self.ensemble.members[self._myid(node) - 1].client_hosts()
+
 
 @contextlib.contextmanager
 def running_zookeepers(plan: TestNetwork, nodes: list[str], root: Path) -> Iterator[ZooKeepers]:

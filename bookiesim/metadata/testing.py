@@ -241,6 +241,20 @@ class EnsembleMember:
                 return line.removeprefix("Mode: ").strip()
         return None
 
+    def client_hosts(self) -> list[str]:
+        """The addresses of the clients connected to it now (``stat``'s ``Clients:`` lines,
+        ``/10.123.0.2:41234[1](queued=0,...)``), its own ``stat`` connection left out; empty
+        when it cannot be reached."""
+        text = _four_letters(self.host, self.client_port, b"stat").decode(errors="replace")
+        clients = text.partition("Clients:")[2].partition("\n\n")[0]
+        hosts = [
+            line.strip().lstrip("/").rpartition(":")[0]
+            for line in clients.splitlines()
+            if line.strip().startswith("/")
+        ]
+        # One of them is this very `stat`, from the asking node.
+        return sorted(hosts)
+
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

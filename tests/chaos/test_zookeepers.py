@@ -54,6 +54,11 @@ def test_an_ensemble_of_three_takes_writes_with_its_leader_killed_and_the_leader
         client = _client(zks.ensemble.hosts)
         try:
             client.create("/before", b"1")
+            # Its session is on one server, which names c1's address among its clients (with
+            # the asking `stat`'s own, also from c1); the others name only the `stat`.
+            seen = {node: zks.client_hosts(node) for node in nodes}
+            assert sorted(len(hosts) for hosts in seen.values()) == [1, 1, 2]
+            assert {h for hosts in seen.values() for h in hosts} == {plan.address("c1")}
             zks.crash(leader)
             client.retry(client.create, "/during", b"2")
             assert sorted(zks.serving()) == sorted(n for n in nodes if n != leader)
@@ -77,7 +82,7 @@ def test_an_ensemble_of_three_takes_writes_with_its_leader_killed_and_the_leader
 
 async def _open_and_read(uri: str) -> float:
     started = trio.current_time()
-    async with open_store(uri, session_timeout=4.0, connect_timeout=3.0) as store:
+    async with open_store(uri, session_timeout=9.0, connect_timeout=7.0) as store:
         await store.children("/")
     return trio.current_time() - started
 
@@ -87,9 +92,10 @@ def test_a_client_whose_first_server_is_cut_off_connects_to_another_in_time(
 ) -> None:
     """A server whose packets vanish (partitioned: no refusal, no answer) costs a connecting
     client its share of the session timeout, as ZooKeeper's own client, not the whole of it.
-    The client knows the cut-off zk3 and a serving zk1, in kazoo's random order: ten opens
-    each pick zk3 first half the time, and each must connect within its 3 s (before, one
-    that picked zk3 waited the 4 s session timeout there and failed)."""
+    The client knows the cut-off zk3 and a serving zk1, in kazoo's random order: six opens
+    each pick zk3 first half the time, and each must connect within its 7 s, zk3 taking
+    4.5 s of them (before, one that picked zk3 waited the 9 s session timeout there and
+    failed)."""
     need_network()
     need_zookeeper()
     nodes = zookeeper_nodes(3)
@@ -102,5 +108,5 @@ def test_a_client_whose_first_server_is_cut_off_connects_to_another_in_time(
         live.start(Partition.isolate(plan, "zk3"))
         zks.ensemble.wait_serving([1, 2])  # a new leader, if zk3 led
         uri = f"zk://{plan.address('zk3')}:2181;{plan.address('zk1')}:2181"
-        took = [trio.run(_open_and_read, uri) for _ in range(10)]
-    assert max(took) < 3.0, took
+        took = [trio.run(_open_and_read, uri) for _ in range(6)]
+    assert max(took) < 7.0, took
