@@ -33,6 +33,7 @@ from bookiesim.cluster.processes import (
     LocalBookie,
     bookie_settings,
     spawn_bookie,
+    stop_bookies,
     wait_ready,
 )
 from bookiesim.upstream.installation import write_conf
@@ -79,20 +80,11 @@ def _kill9(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _stop(procs: list[LocalBookie]) -> None:
-    """SIGCONT (a paused one cannot take SIGTERM), SIGTERM, then SIGKILL past the timeout."""
+    """SIGCONT first (a paused one cannot take SIGTERM), then the cluster's own stop:
+    SIGTERM, SIGKILL past the timeout."""
     for child in procs:
         _signal(child.proc, signal.SIGCONT)
-        if child.proc.poll() is None:
-            _signal(child.proc, signal.SIGTERM)
-    for child in procs:
-        try:
-            child.exit_code = child.proc.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            child.proc.kill()
-            child.proc.wait()
-            child.killed = True
-        if child.proc.stdout is not None:
-            child.proc.stdout.close()
+    stop_bookies(procs, STOP_SECONDS)
 
 
 @dataclass
