@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookiesim.adminapi.bookie_info import readable as readable_size
 from bookiesim.cli.client_actions import generated_payload
 from bookiesim.cli.main import main
-from bookiesim.cli.shell.bookies import readable_size
 from bookiesim.cli.shell.client_checks import java_random_letters
 from bookiesim.cli.shell.metadata_text import metadata_line, stores_entries
 from bookiesim.cli.shell.pretty_hex import pretty_hex_dump

@@ -16,12 +16,12 @@ upstream's client leaves it out.
 
 from __future__ import annotations
 
-import decimal
 import logging
 from typing import TYPE_CHECKING
 
 import trio
 
+from bookiesim.adminapi.bookie_info import readable
 from bookiesim.cli.client_actions import CommandError
 from bookiesim.cli.shell.cluster_target import (
     add_target_arguments,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from bookiesim.client import BookKeeper
     from bookiesim.console import LineWriter
 
-__all__ = ["readable_size", "register_bookie_verbs"]
+__all__ = ["register_bookie_verbs"]
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ COOKIES_NODE = "cookies"
 """Under the ledgers root: one cookie per bookie that ever joined."""
 INFO_TIMEOUT = 10.0
 """Seconds each bookie has to answer ``bookieinfo``."""
-_UNITS = ("", "KB", "MB", "GB", "TB")
 
 
 async def listbookies(args: argparse.Namespace, out: LineWriter, console: Console) -> None:
@@ -84,21 +83,6 @@ async def _cookie_holders(bk: BookKeeper) -> list[str]:
         return sorted(await bk.store.children(join_path(bk.ledgers_root, COOKIES_NODE)))
     except NoNodeError:
         return []
-
-
-def readable_size(value: int) -> str:
-    """Upstream's suffix for a byte count: ``(1.234GB)`` in powers of 1000, at most three
-    decimals, cut (not rounded), trailing zeros dropped; nothing under 1000."""
-    scaled = float(value)
-    unit = 0
-    while scaled >= 1000 and unit < len(_UNITS) - 1:
-        scaled /= 1000
-        unit += 1
-    if unit == 0:
-        return ""
-    cut = decimal.Decimal(repr(scaled)).quantize(decimal.Decimal("0.001"), decimal.ROUND_DOWN)
-    text = format(cut, "f").rstrip("0").rstrip(".")
-    return f"({text}{_UNITS[unit]})"
 
 
 async def _disk_space(bk: BookKeeper, bookie_id: str) -> tuple[int, int] | None:
@@ -143,12 +127,12 @@ async def bookieinfo(args: argparse.Namespace, out: LineWriter, console: Console
             free, total = answers[bookie_id]
             out.line(
                 f"{await bookie_line(bk.store, bookie_id, root)}: \t"
-                f"Free: {free}{readable_size(free)}\tTotal: {total}{readable_size(total)}"
+                f"Free: {free}{readable(free)}\tTotal: {total}{readable(total)}"
             )
     total_free = sum(free for free, _ in answers.values())
     total = sum(total for _, total in answers.values())
-    out.line(f"Total free disk space in the cluster:\t{total_free}{readable_size(total_free)}")
-    out.line(f"Total disk capacity in the cluster:\t{total}{readable_size(total)}")
+    out.line(f"Total free disk space in the cluster:\t{total_free}{readable(total_free)}")
+    out.line(f"Total disk capacity in the cluster:\t{total}{readable(total)}")
 
 
 def register_bookie_verbs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
