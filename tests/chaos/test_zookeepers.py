@@ -47,6 +47,8 @@ def test_an_ensemble_of_three_takes_writes_with_its_leader_killed_and_the_leader
             f"zk://{plan.address('zk1')}:2181;{plan.address('zk2')}:2181;"
             f"{plan.address('zk3')}:2181/ledgers"
         )
+        # Ready means a quorum serves; the third may still be syncing with the leader.
+        zks.ensemble.wait_serving([m.myid for m in zks.ensemble.members])
         modes = {m.myid: m.mode() for m in zks.ensemble.members}
         assert sorted(str(mode) for mode in modes.values()) == ["follower", "follower", "leader"]
         leader = next(f"zk{myid}" for myid, mode in modes.items() if mode == "leader")
