@@ -23,11 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bookiesim.autorecovery.metrics import METRICS as AUTORECOVERY_METRICS
 from bookiesim.autorecovery.metrics import AutoRecoveryMetrics
+from bookiesim.autorecovery.service import AutoRecoveryService
 from bookiesim.autorecovery.upstream_metrics import (
     REPLICATION_NOT_EXPORTED,
     REPLICATION_UPSTREAM_METRICS,
 )
+from bookiesim.bookie.config import BookieConfig
 from bookiesim.bookie.metrics import LATENCY_BUCKETS, METRICS, BookieMetrics
+from bookiesim.bookie.process import BookieService
 from bookiesim.bookie.upstream_metrics.bookie_names import (
     BOOKIE_NOT_EXPORTED,
     BOOKIE_SAME_NAME,
@@ -323,3 +326,21 @@ def test_latency_buckets_give_every_quantile_a_finite_answer_within_range() -> N
 def test_rollover_must_be_positive() -> None:
     with pytest.raises(ValueError, match="rollover_seconds: expected > 0"):
         UpstreamNamesCollector(CollectorRegistry(), BOOKIE_UPSTREAM_METRICS, rollover_seconds=0)
+
+
+# --- Where the collector is registered, and the switch ----------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_bookie_and_a_standalone_auto_recovery_follow_the_key(enabled: bool) -> None:
+    cfg = BookieConfig(
+        metadata_service_uri="sqlite:///unused.db",
+        prometheus_upstream_names_enabled=enabled,
+        prometheus_stats_latency_rollover_seconds=5,
+    )
+    bookie = BookieService(cfg).metrics.render()[0].decode()
+    assert ("# TYPE bookie_WRITE_BYTES " in bookie) is enabled
+    assert "# TYPE bookie_write_bytes_total counter" in bookie
+    alone = AutoRecoveryService.from_bookie_config(cfg).metrics.render()[0].decode()
+    assert ("replication_auditor_NUM_LEDGERS_CHECKED " in alone) is enabled
+    assert "bookkeeper_server_" not in alone
