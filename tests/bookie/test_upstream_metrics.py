@@ -220,7 +220,13 @@ def test_counters_and_gauges_under_upstream_names() -> None:
     metrics.gc_compaction("major")
     metrics.bind_journal_queue_depth(lambda: 7)
     metrics.request("force_ledger", "EOK", 0.001)
+    metrics.request("add_entry", "EOK", 0.001)
+    metrics.request("add_entry", "EOK", 0.001)
+    metrics.request("add_entry", "ENOLEDGER", 0.001)
     got = samples(metrics.render()[0])
+    assert got[at("bookie_BOOKIE_ADD_ENTRY_BYTES_count", success="true")] == 2
+    assert got[at("bookie_BOOKIE_ADD_ENTRY_BYTES_sum", success="true")] == 1234
+    assert got[at("bookie_BOOKIE_READ_ENTRY_BYTES_sum", success="true")] == 99
     assert got[at("bookie_WRITE_BYTES")] == 1234
     assert got[at("bookie_READ_BYTES")] == 99
     assert got[at("bookie_journal_JOURNAL_WRITE_BYTES")] == 4096

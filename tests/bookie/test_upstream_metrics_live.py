@@ -98,6 +98,9 @@ def test_add_counts_bytes_and_latencies_match_the_load(cluster: dict[str, object
     assert _values(url, f'sum({name}_count{{success="false"}})') == [0]
     # Every add's bytes on each of its write quorum's bookies.
     assert _wait_for(url, "bookie_WRITE_BYTES", adds * ENTRY_BYTES) == [adds * ENTRY_BYTES]
+    sizes = "bookie_BOOKIE_ADD_ENTRY_BYTES"
+    assert _values(url, f'sum({sizes}_count{{success="true"}})') == [adds]
+    assert _values(url, f'sum({sizes}_sum{{success="true"}})') == [adds * ENTRY_BYTES]
     # Latencies: positive and inside the run, p50 <= p99 <= max, as the windows showed them.
     run_ms = float(str(cluster["seconds"])) * 1000
     peak = {}

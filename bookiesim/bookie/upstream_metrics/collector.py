@@ -160,7 +160,8 @@ class UpstreamNamesCollector:
     def _derive(self, row: Derived, natives: dict[str, Metric], now: float) -> Metric:
         metric = Metric(row.name, row.meaning, _TYPE_OF[row.kind])
         if row.kind is not UpstreamKind.SUMMARY:
-            metric.add_sample(row.name, dict(row.labels), self._total(natives, row.source, row))
+            value = self._total(natives, row.source, row.select)
+            metric.add_sample(row.name, dict(row.labels), value)
         elif row.totals:
             self._summary_totals(metric, row, natives)
         else:
@@ -168,23 +169,25 @@ class UpstreamNamesCollector:
         return metric
 
     @staticmethod
-    def _total(natives: dict[str, Metric], source: str, row: Derived) -> float:
+    def _total(
+        natives: dict[str, Metric], source: str, select: Iterable[tuple[str, str]] = ()
+    ) -> float:
         values = (
             s.value
             for s in natives[source].samples
-            if s.name in (source, f"{source}_total") and _selected(s, row.select)
+            if s.name in (source, f"{source}_total") and _selected(s, select)
         )
         return math.fsum(values)
 
     def _summary_totals(self, metric: Metric, row: Derived, natives: dict[str, Metric]) -> None:
-        outcomes = [("true", row.source)]
+        outcomes = [("true", row.source, row.select)]
         if row.failed_source is not None:
-            outcomes.insert(0, ("false", row.failed_source))
-        for success, source in outcomes:
+            outcomes.insert(0, ("false", row.failed_source, ()))
+        for success, source, select in outcomes:
             labels = {"success": success, **dict(row.labels)}
-            metric.add_sample(f"{row.name}_count", labels, self._total(natives, source, row))
+            metric.add_sample(f"{row.name}_count", labels, self._total(natives, source, select))
             if row.sum_source is not None and success == "true":
-                total = self._total(natives, row.sum_source, row) * row.scale
+                total = self._total(natives, row.sum_source) * row.scale
                 metric.add_sample(f"{row.name}_sum", labels, total)
 
     def _summary(self, metric: Metric, row: Derived, native: Metric, now: float) -> None:

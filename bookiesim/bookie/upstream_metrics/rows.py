@@ -41,8 +41,8 @@ class Derived:
     ``scale`` converts the source's unit to upstream's (1000: seconds to milliseconds).
 
     A summary whose source is a counter (``totals``) has no quantiles: its ``_count`` is
-    ``source`` (``success="true"``), ``failed_source`` (``"false"``), and its ``_sum``
-    ``sum_source``, where given.
+    ``source`` (``success="true"``, its samples selected as above), ``failed_source``
+    (``"false"``), and its ``_sum`` ``sum_source``, where given (all their samples).
     """
 
     name: str
