@@ -199,8 +199,8 @@ BOOKIE_UPSTREAM_METRICS: Final[tuple[Derived, ...]] = (
         kind=UpstreamKind.COUNTER,
         source="bookie_journal_queue_depth",
         meaning="Entries waiting for the journal.",
-        note="upstream's is a counter moved up and down; both read the entries not yet "
-        "written and synced",
+        note="upstream's is a counter moved up and down, of entries queued for its journal "
+        "thread; bookiesim's counts the entries of the open group commit, not yet written",
     ),
     # --- EntryLogManagerForEntryLogPerLedger (scope bookie_entrylogger) --------------------
     Derived(
