@@ -58,6 +58,12 @@ class AutoRecoveryConfig:
     rw_rereplicate_backoff: float = 5.0
     """rwRereplicateBackoffMs: a worker's pause after an error before its next ledger."""
 
+    prometheus_upstream_names_enabled: bool = True
+    """prometheusUpstreamNamesEnabled: also serve upstream's metric names (replication_*);
+    the collector costs nothing until a scrape."""
+    prometheus_stats_latency_rollover_seconds: float = 60.0
+    """prometheusStatsLatencyRolloverSeconds: the window of those summaries' quantiles."""
+
     # Not configuration keys: switches for experiments and the simulator's fault campaign.
     write_close_after_replication: bool = True
     """Send BP-32's WriteClose (reason replication) to the bookie that received a copy; off
@@ -113,6 +119,10 @@ class AutoRecoveryConfig:
                 cfg.lock_release_of_failed_ledger_grace_period / 1000
             ),
             rw_rereplicate_backoff=cfg.rw_rereplicate_backoff_ms / 1000,
+            prometheus_upstream_names_enabled=cfg.prometheus_upstream_names_enabled,
+            prometheus_stats_latency_rollover_seconds=float(
+                cfg.prometheus_stats_latency_rollover_seconds
+            ),
         )
 
     def replace(self, **changes: object) -> AutoRecoveryConfig:

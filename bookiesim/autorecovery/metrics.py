@@ -28,6 +28,10 @@ from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from bookiesim.autorecovery.upstream_metrics import (
+    REPLICATION_NOT_EXPORTED,
+    REPLICATION_UPSTREAM_METRICS,
+)
 from bookiesim.bookie.metrics import (
     Kind,
     MetricFamilies,
@@ -36,6 +40,7 @@ from bookiesim.bookie.metrics import (
     markdown_rows,
     render_registry,
 )
+from bookiesim.bookie.upstream_metrics.docs import mapping_sections
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -372,7 +377,21 @@ def render_markdown() -> str:
         "- `autorecovery_audit_duration_seconds`: "
         + ", ".join(f"{b:g}" for b in AUDIT_BUCKETS)
         + " s.",
+        "",
+        "## Upstream's names and shapes",
+        "",
+        "Served beside these, derived at scrape time, under the bookie's key and conventions "
+        "([metrics.md](metrics.md#upstreams-names-and-shapes)): upstream's `replication` "
+        "scope, summaries in milliseconds with upstream's quantiles, counters without "
+        "`_total`.",
+        "",
     ]
+    out += mapping_sections(
+        REPLICATION_UPSTREAM_METRICS,
+        (),
+        REPLICATION_NOT_EXPORTED,
+        [(spec.name, spec.family) for spec in METRICS],
+    )
     return "\n".join(out) + "\n"
 
 

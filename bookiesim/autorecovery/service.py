@@ -51,7 +51,9 @@ from bookiesim.autorecovery.auditor import Auditor
 from bookiesim.autorecovery.config import AutoRecoveryConfig, standalone_bookie_id
 from bookiesim.autorecovery.http_routes import add_autorecovery_routes
 from bookiesim.autorecovery.metrics import AutoRecoveryMetrics
+from bookiesim.autorecovery.upstream_metrics import REPLICATION_UPSTREAM_METRICS
 from bookiesim.autorecovery.worker import ReplicationWorker
+from bookiesim.bookie.upstream_metrics.collector import UpstreamNamesCollector
 from bookiesim.client import BookKeeper
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.underreplication import UnderReplicationManager
@@ -105,6 +107,12 @@ class AutoRecoveryService:
         self.config = config
         self.bookie_id = bookie_id
         self.metrics = AutoRecoveryMetrics(registry)
+        if config.prometheus_upstream_names_enabled:
+            UpstreamNamesCollector.register(
+                self.metrics.registry,
+                REPLICATION_UPSTREAM_METRICS,
+                rollover_seconds=config.prometheus_stats_latency_rollover_seconds,
+            )
         self._store = store
         self._ledgers_root = ledgers_root
         self._connector = bookie_connector

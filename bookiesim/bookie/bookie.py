@@ -152,6 +152,7 @@ class Bookie:
             disk_usage=self.disk_monitor.used_fraction,
             server_status=lambda: 0 if self._read_only else 1,
         )
+        self.metrics.bind_journal_queue_depth(lambda: self.journal.pending_requests)
         # Upstream's monitor checks once before the bookie starts: on full disks it starts
         # read-only (or, with readOnlyModeEnabled=false, stops).
         self.check_disks()

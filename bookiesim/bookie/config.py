@@ -240,6 +240,25 @@ class BookieConfig:
         upstream_default="0.0.0.0",
         meaning="Address the HTTP admin API and /metrics listen on; loopback unless configured.",
     )
+    prometheus_upstream_names_enabled: bool = _key(
+        _SERVER,
+        "prometheusUpstreamNamesEnabled",
+        True,
+        bookiesim_only=True,
+        meaning="Also serve upstream's metric names and shapes on /metrics (summaries in "
+        "milliseconds, counters without _total), derived from the native metrics at scrape "
+        "time, so dashboards written for upstream work (docs/metrics.md); false serves "
+        "bookiesim's names only.",
+    )
+    prometheus_stats_latency_rollover_seconds: int = _key(
+        _SERVER,
+        "prometheusStatsLatencyRolloverSeconds",
+        60,
+        unit="s",
+        minimum=1,
+        meaning="Window of the quantiles of upstream's summaries: a scrape shows those of "
+        "the last completed window (their _count and _sum are since start).",
+    )
     netty_max_frame_size_bytes: int = _key(
         _SERVER,
         "nettyMaxFrameSizeBytes",

@@ -50,6 +50,13 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from bookiesim.bookie.upstream_metrics.bookie_names import (
+    BOOKIE_NOT_EXPORTED,
+    BOOKIE_SAME_NAME,
+    BOOKIE_UPSTREAM_METRICS,
+)
+from bookiesim.bookie.upstream_metrics.docs import UPSTREAM_NAMES_INTRO, mapping_sections
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
@@ -859,6 +866,10 @@ class BookieMetrics:
     def set_journal_queue_depth(self, n: int) -> None:
         self._journal_queue_depth.set(n)
 
+    def bind_journal_queue_depth(self, depth: Callable[[], float]) -> None:
+        """Read the journal's queue depth from ``depth`` at every scrape (as bind_gauges)."""
+        self._journal_queue_depth.set_function(_guarded("journal_queue_depth", depth))
+
     # --- Entry logs and checkpoint ------------------------------------------------------
 
     def rotation(self, reason: str) -> None:
@@ -1087,7 +1098,16 @@ def render_markdown() -> str:
         "- `bookie_journal_group_entries`: "
         + ", ".join(f"{b:g}" for b in GROUP_ENTRIES_BUCKETS)
         + " entries.",
+        "",
+        UPSTREAM_NAMES_INTRO.rstrip("\n"),
+        "",
     ]
+    out += mapping_sections(
+        BOOKIE_UPSTREAM_METRICS,
+        BOOKIE_SAME_NAME,
+        BOOKIE_NOT_EXPORTED,
+        [(spec.name, spec.family) for spec in METRICS],
+    )
     return "\n".join(out) + "\n"
 
 

@@ -61,6 +61,8 @@ from bookiesim.bookie.http_upstream_routes import answer_wrong_methods_as_upstre
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.bookie.server import BookieServer
 from bookiesim.bookie.upstream_keys import not_applied_warning
+from bookiesim.bookie.upstream_metrics.bookie_names import BOOKIE_UPSTREAM_METRICS
+from bookiesim.bookie.upstream_metrics.collector import UpstreamNamesCollector
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.ledgers import LedgerManager
@@ -131,6 +133,12 @@ class BookieService:
         self.cfg = cfg
         self.companions = tuple(companions)
         self.metrics = BookieMetrics()
+        if cfg.prometheus_upstream_names_enabled:
+            UpstreamNamesCollector.register(
+                self.metrics.registry,
+                BOOKIE_UPSTREAM_METRICS,
+                rollover_seconds=cfg.prometheus_stats_latency_rollover_seconds,
+            )
         self._bookie: Bookie | None = None
         self._server: BookieServer | None = None
         self.address: BookieAddress | None = None

@@ -281,7 +281,7 @@ UPSTREAM_KEYS: Final[Mapping[str, str | None]] = {
     "dbStorage_directIOEntryLoggerMaxFdCacheTimeSeconds": None,
     "prometheusStatsHttpAddress": None,
     "prometheusStatsHttpPort": None,
-    "prometheusStatsLatencyRolloverSeconds": None,
+    "prometheusStatsLatencyRolloverSeconds": "prometheusStatsLatencyRolloverSeconds",
     "exposeDefaultJVMMetrics": None,
     "codahaleStatsPrefix": None,
     "codahaleStatsOutputFrequencySeconds": None,

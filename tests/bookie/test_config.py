@@ -42,6 +42,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "bookiePort": 3181,
     "advertisedAddress": "",  # upstream: null
     "nettyMaxFrameSizeBytes": 5 * 1024 * 1024,
+    "prometheusStatsLatencyRolloverSeconds": 60,
     "metadataServiceUri": "",  # upstream: null
     "zkTimeout": 10000,  # AbstractConfiguration.getZkTimeout
     "journalDirectory": Path("/tmp/bk-txn"),
@@ -126,6 +127,8 @@ BOOKIESIM_KEYS: dict[str, object] = {
     "unsafeEntryLogGarbageHeader": False,
     # The live one of `bookiesim chaos run --bug` (docs/chaos.md).
     "unsafeAddIgnoresFence": False,
+    # Upstream's metric names beside ours (docs/metrics.md).
+    "prometheusUpstreamNamesEnabled": True,
 }
 
 
