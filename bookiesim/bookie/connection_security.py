@@ -44,6 +44,7 @@ __all__ = [
     "TRANSITIONS",
     "Authorizer",
     "ConnectionSecurity",
+    "Event",
     "Phase",
     "SecurityError",
     "Verdict",

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
+from bookiesim.bookie import exit_codes
+from bookiesim.bookie.tls_connection import server_security
+from bookiesim.cli.main import main
 from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.tls import StartTLSError, client_tls_settings
@@ -28,6 +31,7 @@ from bookiesim.proto import v2
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
 from bookiesim.proto.tls import (
     TLS_CONTEXT_FACTORY,
+    TLSConfigError,
     TLSSettings,
     client_context,
     start_tls_request,
@@ -306,3 +310,98 @@ def test_start_tls_frames_are_upstreams_bytes() -> None:
     # header {version 3, START_TLS, txnId 1}, startTLSRequest {} (field 106, empty)
     assert request == bytes.fromhex("0a06080310091801d20600")
     assert struct.pack(">I", len(request)) + request == encode_frame(request)
+
+
+# --- key stores and configuration ---------------------------------------------------------------
+
+
+async def test_pkcs12_key_and_trust_stores_with_password_files(
+    tmp_path: Path, certs: Certs
+) -> None:
+    bookie = certs.ca.issue("bookie-p12")
+    (tmp_path / "bookie.p12").write_bytes(bookie.pkcs12(b"s3cret", certs.ca.root.certificate))
+    (tmp_path / "trust.p12").write_bytes(certs.ca.root.pkcs12(b"trust"))
+    (tmp_path / "bookie.pw").write_text("s3cret\n")  # trimmed, as KeyStore.load's is
+    (tmp_path / "trust.pw").write_text("trust")
+    cfg = bookie_config(tmp_path / "bookie").replace(
+        tls_provider_factory_class=TLS_CONTEXT_FACTORY,
+        tls_key_store_type="PKCS12",
+        tls_key_store=str(tmp_path / "bookie.p12"),
+        tls_key_store_password_path=str(tmp_path / "bookie.pw"),
+    )
+    client = client_context(
+        client_tls_settings(
+            {
+                "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY,
+                "tlsTrustStoreType": "PKCS12",  # the client's tls* spelling, no client*
+                "tlsTrustStore": str(tmp_path / "trust.p12"),
+                "tlsTrustStorePasswordPath": str(tmp_path / "trust.pw"),
+            }
+        )
+    )
+    async with running_bookie(cfg) as svc, bookie_client(svc, tls=client) as c:
+        assert status(await c.add(2, 0, b"pkcs12")) == "EOK"
+
+
+def _refusal(certs: Certs, **fields: object) -> str:
+    cfg = bookie_config(certs.dir / "unused").replace(**server_keys(certs) | fields)
+    with pytest.raises(TLSConfigError) as caught:
+        server_security(cfg)
+    return str(caught.value)
+
+
+def test_each_unusable_setting_is_one_line_naming_its_key(certs: Certs) -> None:
+    assert _refusal(certs, tls_key_store_type="JKS").startswith(
+        "tlsKeyStoreType: JKS (upstream's default) is Java's own key store format"
+    )
+    assert _refusal(certs, tls_key_store_type="PKCS11") == (
+        "tlsKeyStoreType: 'PKCS11' is not a store type (PEM, PKCS12 or JKS)"
+    )
+    assert _refusal(certs, tls_key_store="null") == "tlsKeyStore: null is not a file"
+    assert _refusal(certs, tls_certificate_path="") == (
+        "tlsCertificatePath: the certificate is required and not set"
+    )
+    ca_as_key = _refusal(certs, tls_key_store=certs.ca_path)
+    assert ca_as_key.startswith(f"tlsKeyStore: cannot use {certs.ca_path}: ")
+    assert _refusal(certs, tls_client_authentication=True, tls_trust_store="") == (
+        "tlsTrustStore: the trust store (CA certificates) is required and not set"
+    )
+    assert _refusal(certs, tls_provider_factory_class="com.example.Tls") == (
+        "tlsProviderFactoryClass: 'com.example.Tls' is not "
+        "org.apache.bookkeeper.tls.TLSContextFactory (the only TLS provider factory bookiesim has)"
+    )
+    assert _refusal(certs, tls_enabled_protocols=("TLSv1.3", "SSLv3")) == (
+        "tlsEnabledProtocols: SSLv3 not one of TLSv1, TLSv1.1, TLSv1.2, TLSv1.3"
+    )
+    assert _refusal(certs, bookie_auth_provider_factory_class="null") == (
+        "bookieAuthProviderFactoryClass: 'null' is not "
+        "org.apache.bookkeeper.tls.BookieAuthZFactory (the only authorization bookiesim has; "
+        "empty = none)"
+    )
+    assert _refusal(certs, bookie_auth_provider_factory_class=AUTHZ) == (
+        "bookieAuthProviderFactoryClass is org.apache.bookkeeper.tls.BookieAuthZFactory but "
+        "authorizedRoles names no role"
+    )
+
+
+def test_the_bookie_command_refuses_a_jks_store_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(
+        f"tlsProviderFactoryClass={TLS_CONTEXT_FACTORY}\ntlsKeyStore=/etc/bookie.jks\n"
+        f"journalDirectories={tmp_path}/j\nledgerDirectories={tmp_path}/l\n"
+    )
+    assert main(["bookie", "--conf", str(conf)]) == exit_codes.BAD_CONFIGURATION
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("bookiesim bookie: tlsKeyStoreType: JKS (upstream's default)")
+
+
+def test_a_client_needs_a_trust_store_as_upstreams() -> None:
+    settings = client_tls_settings({"tlsProviderFactoryClass": TLS_CONTEXT_FACTORY})
+    assert (settings.key_store_type, settings.trust_store_type) == ("JKS", "JKS")
+    with pytest.raises(TLSConfigError, match=r"^tlsTrustStoreType: JKS"):
+        client_context(settings)
+    with pytest.raises(TLSConfigError, match=r"^tlsClientAuthentication: expected true or false"):
+        client_tls_settings({"tlsClientAuthentication": "yes"})
