@@ -152,13 +152,14 @@ class SecurityMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.phase in (Phase.PLAINTEXT, Phase.SECURE))
     @rule(kind=st.sampled_from(["add", "read", "batch", "auth-plugin", "auth-other"]))
     def v2_request(self, kind: str) -> None:
-        request: v2.V2Request = {
+        requests: dict[str, v2.V2Request] = {
             "add": v2.AddRequest(b"k" * 20, bytes(16)),
             "read": v2.ReadRequest(1, 0),
             "batch": v2.BatchReadRequest(1, 0, 1, 1, 1),
             "auth-plugin": v2.AuthRequest(AUTHZ_PLUGIN, b""),
             "auth-other": v2.AuthRequest("other", b""),
-        }[kind]
+        }
+        request = requests[kind]
         expected = {
             "add": Verdict.REFUSE,
             "read": Verdict.REFUSE,
