@@ -42,6 +42,7 @@ __all__ = [
     "SecuredConnection",
     "ServerSecurity",
     "SwitchableStream",
+    "bookie_tls_settings",
     "server_security",
 ]
 
@@ -177,7 +178,19 @@ def server_security(cfg: BookieConfig) -> ServerSecurity | None:
             authorizer = Authorizer(cfg.authorized_roles)
         except ValueError as exc:
             raise TLSConfigError(str(exc)) from None
-    settings = TLSSettings(
+    settings = bookie_tls_settings(cfg)
+    context = server_context(settings) if settings.enabled else None
+    if context is None and authorizer is None:
+        return None
+    return ServerSecurity(context, authorizer)
+
+
+def bookie_tls_settings(cfg: BookieConfig) -> TLSSettings:
+    """The bookie's TLS keys; also what the clients inside a bookie process (auto-recovery,
+    the admin API's) use, as upstream's ``ClientConfiguration`` made from the bookie's
+    ``ServerConfiguration`` reads the same keys (``clientKeyStore`` falls back to
+    ``tlsKeyStore``, and so on)."""
+    return TLSSettings(
         provider_factory_class=cfg.tls_provider_factory_class,
         provider=cfg.tls_provider,
         key_store_type=cfg.tls_key_store_type,
@@ -190,7 +203,3 @@ def server_security(cfg: BookieConfig) -> ServerSecurity | None:
         client_authentication=cfg.tls_client_authentication,
         enabled_protocols=cfg.tls_enabled_protocols,
     )
-    context = server_context(settings) if settings.enabled else None
-    if context is None and authorizer is None:
-        return None
-    return ServerSecurity(context, authorizer)

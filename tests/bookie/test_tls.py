@@ -181,11 +181,11 @@ async def test_client_authentication_refuses_a_client_without_a_certificate(
         async with bookie_client(svc, tls=client_ssl(certs, "reader")) as c:
             assert status(await c.add(1, 0, b"with a certificate")) == "EOK"
         for refused in (client_ssl(certs), client_ssl(certs, "stranger")):
-            error = await _first_call_fails(address.host, address.bookie_port, refused)
+            error = await first_call_fails(address.host, address.bookie_port, refused)
             assert isinstance(error, StartTLSError | ConnectionClosedError)
 
 
-async def _first_call_fails(host: str, port: int, context: ssl.SSLContext) -> BaseException:
+async def first_call_fails(host: str, port: int, context: ssl.SSLContext) -> BaseException:
     """The error of connecting with ``context`` and asking for the bookie's info (the
     connection's own error, out of trio's exception groups)."""
     try:
