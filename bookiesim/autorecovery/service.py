@@ -53,8 +53,9 @@ from bookiesim.autorecovery.http_routes import add_autorecovery_routes
 from bookiesim.autorecovery.metrics import AutoRecoveryMetrics
 from bookiesim.autorecovery.upstream_metrics import REPLICATION_UPSTREAM_METRICS
 from bookiesim.autorecovery.worker import ReplicationWorker
+from bookiesim.bookie.tls_connection import bookie_tls_settings
 from bookiesim.bookie.upstream_metrics.collector import UpstreamNamesCollector
-from bookiesim.client import BookKeeper
+from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
     from bookiesim.bookie.http_admin import AdminRouter
     from bookiesim.bookie.process import CompanionContext
     from bookiesim.client.bookie_pool import BookieConnector
-    from bookiesim.client.context import ClientConfig
     from bookiesim.metadata.store import MetadataStore
     from bookiesim.metadata.underreplication import UnderReplicatedLedger
 
@@ -83,6 +83,13 @@ class _Running:
     urm: UnderReplicationManager
     auditor: Auditor
     worker: ReplicationWorker
+
+
+def _client_config(cfg: BookieConfig) -> ClientConfig | None:
+    """With TLS configured, the replication client talks TLS with the bookie's keys, as
+    upstream's ``AutoRecoveryMain`` client reads them from ``bk_server.conf``."""
+    tls = bookie_tls_settings(cfg)
+    return ClientConfig(tls=tls) if tls.enabled else None
 
 
 class AutoRecoveryService:
@@ -134,6 +141,7 @@ class AutoRecoveryService:
             AutoRecoveryConfig.from_bookie_config(cfg),
             bookie_id=standalone_bookie_id(cfg),
             registry=registry,
+            client_config=_client_config(cfg),
         )
 
     # --- running ----------------------------------------------------------------------------
@@ -266,7 +274,11 @@ class AutoRecoveryCompanion:
     async def serve(self, context: CompanionContext, *, task_status: trio.TaskStatus[None]) -> None:
         config = self._config or AutoRecoveryConfig.from_bookie_config(context.cfg)
         service = AutoRecoveryService(
-            context.store, config, bookie_id=context.bookie_id, registry=context.registry
+            context.store,
+            config,
+            bookie_id=context.bookie_id,
+            registry=context.registry,
+            client_config=_client_config(context.cfg),
         )
         service.add_routes(context.router)
         self.service = service

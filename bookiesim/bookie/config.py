@@ -103,6 +103,7 @@ _JOURNAL: Final = "Journal"
 _INDEX: Final = "Index"
 _DISKS: Final = "Disks"
 _AUTORECOVERY: Final = "Auto-recovery"
+_SECURITY: Final = "TLS and authorization"
 _COMPAT: Final = "Compatibility"
 
 
@@ -824,6 +825,90 @@ class BookieConfig:
         minimum=0,
         meaning="Pause of a replication worker after an error on a ledger before it takes "
         "the next one.",
+    )
+
+    # --- TLS and authorization (docs/tls.md) ---------------------------------------------
+    tls_provider_factory_class: str = _key(
+        _SECURITY,
+        "tlsProviderFactoryClass",
+        "",
+        meaning="Set to org.apache.bookkeeper.tls.TLSContextFactory (upstream's one factory): "
+        "the bookie answers START_TLS and puts TLS on the connection; empty = no TLS.",
+    )
+    tls_provider: str = _key(
+        _SECURITY,
+        "tlsProvider",
+        "OpenSSL",
+        meaning="Upstream's choice of TLS engine (OpenSSL or JDK); bookiesim always uses "
+        "Python's ssl module (OpenSSL), whatever it says.",
+    )
+    tls_key_store_type: str = _key(
+        _SECURITY,
+        "tlsKeyStoreType",
+        "JKS",
+        meaning="PEM or PKCS12; JKS (upstream's default) is refused at start in one line.",
+    )
+    tls_key_store: str = _key(
+        _SECURITY,
+        "tlsKeyStore",
+        "",
+        meaning="The bookie's private key (PEM) or key store (PKCS12).",
+    )
+    tls_key_store_password_path: str = _key(
+        _SECURITY,
+        "tlsKeyStorePasswordPath",
+        "",
+        meaning="File holding the key's or key store's password; empty = none.",
+    )
+    tls_trust_store_type: str = _key(
+        _SECURITY,
+        "tlsTrustStoreType",
+        "JKS",
+        meaning="PEM or PKCS12 (JKS refused); read only with tlsClientAuthentication.",
+    )
+    tls_trust_store: str = _key(
+        _SECURITY,
+        "tlsTrustStore",
+        "",
+        meaning="CA certificates clients' certificates are checked against.",
+    )
+    tls_trust_store_password_path: str = _key(
+        _SECURITY,
+        "tlsTrustStorePasswordPath",
+        "",
+        meaning="File holding the trust store's password (PKCS12); empty = none.",
+    )
+    tls_certificate_path: str = _key(
+        _SECURITY,
+        "tlsCertificatePath",
+        "",
+        meaning="The bookie's certificate chain (PEM), with a PEM tlsKeyStore.",
+    )
+    tls_client_authentication: bool = _key(
+        _SECURITY,
+        "tlsClientAuthentication",
+        False,
+        meaning="Require a client certificate signed by a CA of tlsTrustStore in the handshake.",
+    )
+    tls_enabled_protocols: tuple[str, ...] = _key(
+        _SECURITY,
+        "tlsEnabledProtocols",
+        (),
+        meaning="TLS versions allowed (TLSv1.2,TLSv1.3); empty = the library's defaults.",
+    )
+    bookie_auth_provider_factory_class: str = _key(
+        _SECURITY,
+        "bookieAuthProviderFactoryClass",
+        "",
+        meaning="Empty: every connection is authenticated. "
+        "org.apache.bookkeeper.tls.BookieAuthZFactory: only a TLS connection whose client "
+        "certificate's first role (OU 0:role) is in authorizedRoles; others get EUA.",
+    )
+    authorized_roles: tuple[str, ...] = _key(
+        _SECURITY,
+        "authorizedRoles",
+        (),
+        meaning="Roles BookieAuthZFactory lets in (comma-separated).",
     )
 
     # --- Compatibility -------------------------------------------------------------------

@@ -60,6 +60,7 @@ from bookiesim.bookie.http_upstream_cluster import add_upstream_cluster_routes
 from bookiesim.bookie.http_upstream_routes import answer_wrong_methods_as_upstream
 from bookiesim.bookie.metrics import BookieMetrics
 from bookiesim.bookie.server import BookieServer
+from bookiesim.bookie.tls_connection import server_security
 from bookiesim.bookie.upstream_keys import not_applied_warning
 from bookiesim.bookie.upstream_metrics.bookie_names import BOOKIE_UPSTREAM_METRICS
 from bookiesim.bookie.upstream_metrics.collector import UpstreamNamesCollector
@@ -168,7 +169,11 @@ class BookieService:
         """Open the storage and journal (only after the cookies are checked)."""
         bookie = Bookie(self.cfg, self.metrics)
         processor = RequestProcessor(bookie)
-        self._server = BookieServer(processor, max_frame_size=self.cfg.netty_max_frame_size_bytes)
+        self._server = BookieServer(
+            processor,
+            max_frame_size=self.cfg.netty_max_frame_size_bytes,
+            security=server_security(self.cfg),
+        )
         self._bookie = bookie
 
     def admin_router(self, store: MetadataStore | None = None) -> AdminRouter:

@@ -15,6 +15,11 @@ connection to a second loop that decodes v2 only.
 
 A frame that is too large or does not parse closes that connection (logged with the reason);
 the bookie keeps serving every other connection.
+
+With TLS or authorization configured (``security``), each connection also has a
+:class:`~bookiesim.bookie.tls_connection.SecuredConnection`, asked about every request before
+it is served (``START_TLS``, refusals before authentication: docs/tls.md); without, the
+loops pay one ``is None`` test per frame.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
 
+from bookiesim.bookie.connection_security import Verdict
 from bookiesim.bookie.listen import open_listeners
+from bookiesim.bookie.tls_connection import SecuredConnection, ServerSecurity, SwitchableStream
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import (
@@ -93,8 +100,15 @@ async def _write_responses(outgoing: FramedWriter, stream: trio.abc.Stream) -> N
 class BookieServer:
     """Serves one :class:`Processor` on a listening socket."""
 
-    def __init__(self, processor: Processor, *, max_frame_size: int) -> None:
+    def __init__(
+        self,
+        processor: Processor,
+        *,
+        max_frame_size: int,
+        security: ServerSecurity | None = None,
+    ) -> None:
         self.processor = processor
+        self.security = security
         self.v2_processor = processor if isinstance(processor, V2Processor) else None
         self.max_frame_size = max_frame_size
         self.connections = 0
@@ -122,13 +136,20 @@ class BookieServer:
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
-        outgoing = FramedWriter()
+        secured: SecuredConnection | None = None
+        if self.security is None:
+            outgoing = FramedWriter()
+        else:
+            lock = trio.Lock()  # held by the upgrade to TLS (tls_connection)
+            outgoing = FramedWriter(lock)
+            stream = SwitchableStream(stream)
+            secured = SecuredConnection(self.security, stream, lock, outgoing)
         try:
             async with trio.open_nursery() as outer:
                 outer.start_soon(_write_responses, outgoing, stream)
                 try:
                     async with trio.open_nursery() as waiting:
-                        await self._read_loop(stream, outgoing, waiting)
+                        await self._read_loop(stream, outgoing, waiting, secured)
                         # Long polls and fences of a gone client have no one to answer.
                         waiting.cancel_scope.cancel()
                 finally:
@@ -141,7 +162,11 @@ class BookieServer:
             await trio.aclose_forcefully(stream)
 
     async def _read_loop(
-        self, stream: trio.abc.Stream, outgoing: FramedWriter, nursery: trio.Nursery
+        self,
+        stream: trio.abc.Stream,
+        outgoing: FramedWriter,
+        nursery: trio.Nursery,
+        secured: SecuredConnection | None = None,
     ) -> None:
         """Read and dispatch until EOF; a broken stream or a bad frame ends it (logged)."""
         decoder = FrameDecoder(self.max_frame_size)
@@ -159,8 +184,15 @@ class BookieServer:
                     except FrameError as exc:
                         if self.v2_processor is None:
                             raise
-                        await self._serve_v2(frame, exc, decoder, stream, outgoing, nursery)
+                        await self._serve_v2(
+                            frame, exc, decoder, stream, outgoing, nursery, secured
+                        )
                         return
+                    if secured is not None and (
+                        (verdict := secured.state.v3(request)) is not Verdict.SERVE
+                    ):
+                        await secured.act_v3(verdict, request, decoder, _peer(stream))
+                        continue
                     if (throttled := processor.throttle()) is not None and (
                         request.header.operation == pb.ADD_ENTRY
                     ):
@@ -182,6 +214,7 @@ class BookieServer:
         stream: trio.abc.Stream,
         outgoing: FramedWriter,
         nursery: trio.Nursery,
+        secured: SecuredConnection | None,
     ) -> None:
         """The rest of a connection whose frame ``first`` was not v3: decode it and every
         later frame as v2. Raises :class:`FrameError` for a frame that is not v2 either."""
@@ -195,14 +228,17 @@ class BookieServer:
         self.v2_connections += 1
         log.debug("connection from %s speaks v2", _peer(stream))
         while True:
-            if (throttled := self.processor.throttle()) is not None and isinstance(
-                request, v2.AddRequest
-            ):
-                await throttled()
-            if processor.needs_task_v2(request):
-                nursery.start_soon(processor.process_waiting_v2, request, respond)
+            if secured is not None and (verdict := secured.state.v2(request)) is not Verdict.SERVE:
+                secured.act_v2(verdict, request)
             else:
-                processor.process_v2(request, respond)
+                if (throttled := self.processor.throttle()) is not None and isinstance(
+                    request, v2.AddRequest
+                ):
+                    await throttled()
+                if processor.needs_task_v2(request):
+                    nursery.start_soon(processor.process_waiting_v2, request, respond)
+                else:
+                    processor.process_v2(request, respond)
             while (frame := decoder.next_frame()) is NEED_DATA:
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:

@@ -18,8 +18,10 @@ from bookiesim.bookie import exit_codes
 from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.listen import ListenError
 from bookiesim.bookie.process import main_sync
+from bookiesim.bookie.tls_connection import server_security
 from bookiesim.cli.client_actions import expected_error
 from bookiesim.metadata.errors import StoreUnavailableError
+from bookiesim.proto.tls import TLSConfigError
 
 if TYPE_CHECKING:
     import argparse
@@ -103,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
             "set metadataServiceUri",
             file=sys.stderr,
         )
+        return exit_codes.BAD_CONFIGURATION
+    try:
+        server_security(cfg)  # a key store that cannot be used is refused before anything
+    except TLSConfigError as exc:
+        print(f"bookiesim bookie: {exc}", file=sys.stderr)
         return exit_codes.BAD_CONFIGURATION
     not_a_dir = not_a_directory(cfg)
     if not_a_dir is not None:

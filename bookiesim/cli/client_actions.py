@@ -27,6 +27,7 @@ from bookiesim.client import (
 )
 from bookiesim.cluster.control import read_state
 from bookiesim.cluster.processes import ClusterError
+from bookiesim.cluster.tls_files import cluster_client_tls
 from bookiesim.console import LineWriter, make_console, quiet_broken_pipe
 from bookiesim.metadata.errors import InvalidUriError, MetadataError
 from bookiesim.metadata.factory import scheme_of
@@ -34,6 +35,7 @@ from bookiesim.metadata.sqlite_store import sqlite_path_from_uri
 
 if TYPE_CHECKING:
     from bookiesim.metadata.ledgers import LedgerMetadata
+    from bookiesim.proto.tls import TLSSettings
 
 __all__ = [
     "INTERRUPTED",
@@ -41,6 +43,7 @@ __all__ = [
     "CommandError",
     "Interrupted",
     "bytes_json",
+    "cluster_tls",
     "entry_json",
     "expected_error",
     "generated_payload",
@@ -148,6 +151,13 @@ def metadata_json(ledger_id: int, metadata: LedgerMetadata, version: int) -> dic
         "ensembles": {str(first): list(bookies) for first, bookies in metadata.ensembles.items()},
         "customMetadata": custom,
     }
+
+
+def cluster_tls(args: argparse.Namespace) -> TLSSettings | None:
+    """The client's TLS settings of a ``cluster up --tls`` cluster named by ``--cluster
+    DIR`` (its ``tls/client.conf``); None otherwise (docs/tls.md)."""
+    root = getattr(args, "cluster", None)
+    return None if root is None else cluster_client_tls(Path(root))
 
 
 def metadata_uri(args: argparse.Namespace) -> str:

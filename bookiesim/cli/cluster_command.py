@@ -43,6 +43,7 @@ from bookiesim.cluster.control import (
 )
 from bookiesim.cluster.processes import HOST, ClusterError
 from bookiesim.cluster.status import cluster_status
+from bookiesim.cluster.tls_files import CLIENT_CONF, TLS_DIR, ensure_cluster_tls
 
 if TYPE_CHECKING:
     import argparse
@@ -87,6 +88,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also start Prometheus (Debian's prometheus package) scraping every bookie",
     )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="make a CA and certificates in DIR/tls (once) and start the bookies with TLS and "
+        "client certificates required; the client commands given --cluster DIR use them "
+        "(docs/tls.md)",
+    )
     up.add_argument("--scrape-interval", help="Prometheus scrape interval (default 5s)")
     up.add_argument("--json", action="store_true", help="print the cluster description as JSON")
     up.set_defaults(func=_up)
@@ -111,12 +119,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _up(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json, width=max(110, Console().width))
     try:
+        # TLS first, so that a --set given after it can still change one of its keys.
+        settings = [*ensure_cluster_tls(args.dir), *args.settings] if args.tls else args.settings
         with console.status(f"starting the bookies of {args.dir}"):
             state = cluster_up(
                 args.dir,
                 args.bookies,
                 args.metadata,
-                args.settings,
+                settings,
                 prometheus=args.prometheus,
                 scrape_interval=args.scrape_interval,
                 autorecovery=args.autorecovery,
@@ -160,6 +170,13 @@ def _up(args: argparse.Namespace) -> int:
         table.add_row(b["name"], str(b["pid"]), b["bookieId"], metrics, note)
     console.print(table)
     console.print(f"metadata: {state['metadata']}")
+    if any(setting.startswith("tlsProviderFactoryClass=") for setting in state["settings"]):
+        console.print(
+            f"TLS: certificates in {args.dir / TLS_DIR}; upstream's client keys in "
+            f"{args.dir / TLS_DIR / CLIENT_CONF}",
+            markup=False,
+            soft_wrap=True,
+        )
     if "autoRecoveryDaemonEnabled=true" in state["settings"]:
         console.print(
             "auto-recovery: in every bookie (bookiesim shell whoisauditor / listunderreplicated "

@@ -52,6 +52,7 @@ from bookiesim.cli.client_actions import (
     Action,
     CommandError,
     Interrupted,
+    cluster_tls,
     entry_json,
     generated_payload,
     metadata_json,
@@ -94,6 +95,7 @@ async def _client(args: argparse.Namespace) -> AsyncIterator[BookKeeper]:
         request_timeout=args.timeout,
         connect_timeout=min(5.0, args.timeout),
         use_v2_wire_protocol=args.use_v2_wire_protocol,
+        tls=cluster_tls(args),
     )
     async with BookKeeper.open(metadata_uri(args), config=config) as bk:
         # A root with no cluster at all is a wrong path far more often than a cluster with

@@ -39,6 +39,7 @@ from rich.console import Console
 from bookiesim.cli.client_actions import (
     CommandError,
     bytes_json,
+    cluster_tls,
     generated_payload,
     metadata_uri,
     run_action,
@@ -78,7 +79,11 @@ def _config(args: argparse.Namespace) -> ManagedLedgerConfig:
 
 @asynccontextmanager
 async def _client(args: argparse.Namespace) -> AsyncIterator[BookKeeper]:
-    config = ClientConfig(request_timeout=args.timeout, connect_timeout=min(5.0, args.timeout))
+    config = ClientConfig(
+        request_timeout=args.timeout,
+        connect_timeout=min(5.0, args.timeout),
+        tls=cluster_tls(args),
+    )
     async with BookKeeper.open(metadata_uri(args), config=config) as bk:
         yield bk
 

@@ -32,9 +32,11 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import trio
 
+from bookiesim.client.tls import start_tls
 from bookiesim.client.wire import V2Key, response_from_v2, v2_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2 as v2_codec
@@ -46,6 +48,9 @@ from bookiesim.proto.frames import (
 )
 from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_response
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -249,9 +254,18 @@ def _run_callback(callback: ResponseCallback, response: pb.Response | None) -> N
 
 
 @asynccontextmanager
-async def connect(host: str, port: int, *, v2: bool = False) -> AsyncIterator[BookieConnection]:
-    """Open a connection whose reader and writer run for the duration of the block."""
-    stream = await trio.open_tcp_stream(host, port)
+async def connect(
+    host: str, port: int, *, v2: bool = False, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[BookieConnection]:
+    """Open a connection whose reader and writer run for the duration of the block; with
+    ``tls``, START_TLS and the handshake first (:mod:`.tls`)."""
+    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+    if tls is not None:
+        try:
+            stream = await start_tls(stream, tls, host)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
     conn = BookieConnection(stream, v2=v2)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.reader_loop)

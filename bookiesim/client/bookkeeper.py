@@ -41,6 +41,7 @@ from bookiesim.client.errors import (
 from bookiesim.client.ledger_handle import LedgerHandle
 from bookiesim.client.read_handle import LedgerEntry, ReadOnlyLedgerHandle
 from bookiesim.client.recovery import recover_ledger
+from bookiesim.client.tls import start_tls
 from bookiesim.metadata.cluster import refuse_previous_uri_form
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.factory import open_store
@@ -52,6 +53,7 @@ from bookiesim.metadata.ledgers import (
 )
 from bookiesim.metadata.registration import BookieInfo, bookie_address, live_bookies
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.tls import client_context
 from bookiesim.proto.v3 import from_message
 
 if TYPE_CHECKING:
@@ -86,7 +88,11 @@ class BookKeeper:
         # By default a bookie id is resolved through its registration's bookie-rpc endpoint,
         # as upstream's client does, so upstream bookies (whose ids need not be their
         # address) are reached where they say; tests pass connectors of their own.
-        self._connector = bookie_connector or self._connect_registered
+        self._connector = self._connect_registered
+        if bookie_connector is not None:
+            self._connector = partial(self._connect_given, bookie_connector)
+        tls = self.config.tls
+        self._tls_context = client_context(tls) if tls is not None and tls.enabled else None
         self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._pool: BookiePool | None = None
@@ -167,7 +173,23 @@ class BookKeeper:
 
     async def _connect_registered(self, bookie_id: str) -> trio.abc.Stream:
         host, port = await bookie_address(self.store, bookie_id, self.ledgers_root)
-        return await trio.open_tcp_stream(host, port)
+        return await self._secure(await trio.open_tcp_stream(host, port), host)
+
+    async def _connect_given(self, connector: BookieConnector, bookie_id: str) -> trio.abc.Stream:
+        host = bookie_id.rpartition(":")[0].strip("[]")
+        return await self._secure(await connector(bookie_id), host)
+
+    async def _secure(self, stream: trio.abc.Stream, host: str) -> trio.abc.Stream:
+        """With TLS configured, START_TLS and the handshake, as upstream's client does
+        first on every connection (:mod:`.tls`); else the stream as it is."""
+        if self._tls_context is None:
+            return stream
+        try:
+            with trio.fail_after(self.config.start_tls_timeout):
+                return await start_tls(stream, self._tls_context, host)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
 
     # -- ledgers ---------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bookiesim.client.bookie_pool import BookiePool
     from bookiesim.metadata.ledgers import LedgerManager, LedgerMetadata
     from bookiesim.metadata.registration import BookieInfo
+    from bookiesim.proto.tls import TLSSettings
 
 __all__ = ["ClientConfig", "ClientContext", "ClientStats", "EnsembleProposal"]
 
@@ -61,6 +62,11 @@ class ClientConfig:
     """Speak BookKeeper's v2 protocol to bookies, as Pulsar's brokers do [useV2WireProtocol].
     Adds and reads only: WriteClose (a v3 extension) is not sent, nor is WriteLac (upstream's
     client would send it as v3, which a connection already in v2 cannot decode)."""
+    tls: TLSSettings | None = None
+    """Send START_TLS on every connection and go on over TLS when these settings enable it
+    (``tlsProviderFactoryClass`` set; upstream's client keys: :mod:`.tls`)."""
+    start_tls_timeout: float = 10.0
+    """Seconds for START_TLS and the handshake [startTLSTimeoutSecs]."""
     unsafe_recovery_reads_without_fence: bool = False
     """Re-create upstream bug #2614 (BookKeeper ≤ 4.13): recovery reads entries without the
     fencing flag, so a zombie writer can still get an entry acknowledged that recovery

@@ -24,6 +24,7 @@ from bookiesim.client.digest import DigestManager, DigestType, master_key
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import AsyncIterator
     from pathlib import Path
 
@@ -145,9 +146,10 @@ class BookieTestClient:
 
 @asynccontextmanager
 async def bookie_client(
-    service: BookieService, password: bytes = b""
+    service: BookieService, password: bytes = b"", *, tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[BookieTestClient]:
+    """A test client on ``service``; with ``tls``, over TLS after START_TLS."""
     address = service.address
     assert address is not None, "bookie is not serving yet"
-    async with connect(address.host, address.bookie_port) as conn:
+    async with connect(address.host, address.bookie_port, tls=tls) as conn:
         yield BookieTestClient(conn, password)

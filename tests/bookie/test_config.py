@@ -105,6 +105,20 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "openLedgerRereplicationGracePeriod": 30000,
     "lockReleaseOfFailedLedgerGracePeriod": 300000,
     "rwRereplicateBackoffMs": 5000,
+    # AbstractConfiguration / ServerConfiguration (TLS and authorization; null read as "")
+    "tlsProviderFactoryClass": "",
+    "tlsProvider": "OpenSSL",
+    "tlsKeyStoreType": "JKS",
+    "tlsKeyStore": "",
+    "tlsKeyStorePasswordPath": "",
+    "tlsTrustStoreType": "JKS",
+    "tlsTrustStore": "",
+    "tlsTrustStorePasswordPath": "",
+    "tlsCertificatePath": "",
+    "tlsClientAuthentication": False,
+    "tlsEnabledProtocols": (),
+    "bookieAuthProviderFactoryClass": "",
+    "authorizedRoles": (),
 }
 
 # Keys whose default we changed on purpose: key -> (ours, upstream's).

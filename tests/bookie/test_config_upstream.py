@@ -52,6 +52,11 @@ VALID: list[tuple[str, str]] = [
     (key, "true" if (key, value) == TYPO else value) for key, value in SHIPPED
 ]
 NOT_APPLIED = [key for key, _ in SHIPPED if UPSTREAM_KEYS[key] is None]
+SECURITY_OFF: dict[str, str] = {"tlsProviderFactoryClass": "", "bookieAuthProviderFactoryClass": ""}
+"""The shipped values that turn TLS and authorization on (commented out upstream) name a key
+store at the path "null" and an auth class "null": upstream's bookie does not start on them
+either (docs/tls.md). The start-up test turns both off; parsing takes them as they are."""
+STARTABLE: list[tuple[str, str]] = [(key, SECURITY_OFF.get(key, value)) for key, value in VALID]
 
 
 def _text(pairs: list[tuple[str, str]]) -> str:
@@ -144,7 +149,7 @@ def _serve_on(conf: Path, root: Path, expected_not_applied: list[str]) -> None:
 
 def test_a_bookie_starts_on_every_shipped_key(tmp_path: Path) -> None:
     conf = tmp_path / "bk_server.conf"
-    conf.write_text(_text(VALID))
+    conf.write_text(_text(STARTABLE))
     _serve_on(conf, tmp_path / "bookie", NOT_APPLIED)
 
 

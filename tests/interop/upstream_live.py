@@ -365,11 +365,16 @@ class Upstream:
 
     @contextmanager
     def bookie(
-        self, name: str, port: int | None = None, dirs: Path | None = None
+        self,
+        name: str,
+        port: int | None = None,
+        dirs: Path | None = None,
+        keys: Mapping[str, object] | None = None,
     ) -> Iterator[Bookie]:
+        """``keys``: more upstream keys for its bk_server.conf (TLS, authorization)."""
         port = port or free_port(HOST)
         dirs = dirs or self.work / name
-        conf = self.conf(name, port, dirs)
+        conf = self.conf(name, port, dirs, **(keys or {}))
         command = self._java("org.apache.bookkeeper.server.Main", "--conf", str(conf))
         with _registered_bookie("upstream", name, command, port, dirs, self) as bookie:
             yield bookie
@@ -387,10 +392,23 @@ class Upstream:
             process.bookie_id = f"{HOST}:{port}"
             yield process
 
-    def shell(self, *args: str, v2: bool = False, timeout: float = SHELL_TIMEOUT) -> str:
+    def shell(
+        self,
+        *args: str,
+        v2: bool = False,
+        timeout: float = SHELL_TIMEOUT,
+        client_keys: Mapping[str, object] | None = None,
+    ) -> str:
         """Run a ``BookieShell`` command as a client of this root; its output, which must
-        not report a failure (the shell exits 0 even when a client command failed)."""
-        conf = self.conf("shell", 0, self.work / "shell", useV2WireProtocol=str(v2).lower())
+        not report a failure (the shell exits 0 even when a client command failed).
+        ``client_keys``: more upstream client keys (TLS)."""
+        conf = self.conf(
+            "shell",
+            0,
+            self.work / "shell",
+            useV2WireProtocol=str(v2).lower(),
+            **(client_keys or {}),
+        )
         done = subprocess.run(
             self._java("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), *args),
             capture_output=True,
@@ -405,12 +423,21 @@ class Upstream:
             )
         return out
 
-    def simpletest(self, ensemble: int, write: int, ack: int, entries: int, *, v2: bool) -> str:
+    def simpletest(
+        self,
+        ensemble: int,
+        write: int,
+        ack: int,
+        entries: int,
+        *,
+        v2: bool,
+        client_keys: Mapping[str, object] | None = None,
+    ) -> str:
         """Upstream's client creates a ledger, writes ``entries``, reads them back
         unconfirmed, closes, reads them confirmed, and deletes the ledger."""
         out = self.shell(
             "simpletest", "-e", str(ensemble), "-w", str(write), "-a", str(ack),
-            "-n", str(entries), v2=v2,
+            "-n", str(entries), v2=v2, client_keys=client_keys,
         )  # fmt: skip
         assert f"{entries} entries written to ledger" in out, out[-4000:]
         return out
@@ -470,11 +497,16 @@ class Bookiesim:
 
     @contextmanager
     def bookie(
-        self, name: str, port: int | None = None, dirs: Path | None = None
+        self,
+        name: str,
+        port: int | None = None,
+        dirs: Path | None = None,
+        keys: Mapping[str, object] | None = None,
     ) -> Iterator[Bookie]:
+        """``keys``: more upstream keys, as ``--set`` (TLS, authorization)."""
         port = port or free_port(HOST)
         dirs = dirs or self.work / name
-        settings = [
+        settings = [f"{key}={value}" for key, value in (keys or {}).items()] + [
             f"bookiePort={port}",
             f"bookieAddress={HOST}",
             "httpServerPort=0",

@@ -66,6 +66,14 @@ def wire_dir() -> Path:
     return upstream_dir() / "wire"
 
 
+def tls_exchanges(protocol: str) -> list[dict[str, str]]:
+    """``tls/start-tls-<protocol>.jsonl`` (``v3`` or ``v2``): per connection, the START_TLS
+    request and answer upstream's client and bookie exchanged (hex, no length prefix)."""
+    path = upstream_dir() / "tls" / f"start-tls-{protocol}.jsonl"
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def wire_frames() -> list[dict[str, object]]:
     """Every line of ``wire/frames.jsonl`` in capture order: ``{"event": "open", "conn",
     "session"}`` for a new connection, else ``{"conn", "session", "dir", "len", "hex"}``

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bookie.config import BookieConfig, ConfigError
-from bookiesim.cli.client_actions import Action, CommandError, metadata_uri, run_action
+from bookiesim.cli.client_actions import (
+    Action,
+    CommandError,
+    cluster_tls,
+    metadata_uri,
+    run_action,
+)
 from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.metadata.cluster import require_cluster
 from bookiesim.metadata.registration import bookie_address
@@ -139,7 +145,9 @@ async def cluster_client(
 ) -> AsyncIterator[BookKeeper]:
     """bookiesim's client on the cluster; a root with no cluster in it is refused."""
     config = ClientConfig(
-        request_timeout=request_timeout, connect_timeout=min(CONNECT_TIMEOUT, request_timeout)
+        request_timeout=request_timeout,
+        connect_timeout=min(CONNECT_TIMEOUT, request_timeout),
+        tls=cluster_tls(args),
     )
     async with BookKeeper.open(store_uri(args), config=config) as bk:
         await require_cluster(bk.store, bk.ledgers_root)

@@ -33,7 +33,7 @@ from bookiesim.autorecovery.admin import AdminError, check_bookie_id, decommissi
 from bookiesim.autorecovery.config import AutoRecoveryConfig, standalone_bookie_id
 from bookiesim.autorecovery.recover import ledgers_naming, recover_bookie_data
 from bookiesim.bookie.config import BookieConfig
-from bookiesim.cli.client_actions import CommandError
+from bookiesim.cli.client_actions import CommandError, cluster_tls
 from bookiesim.cli.shell.autorecovery import add_store_arguments, opened_store, run, store_uri
 from bookiesim.client import BookKeeper, ClientConfig
 from bookiesim.console import Column, StreamTable, make_console
@@ -61,7 +61,9 @@ def _config(args: argparse.Namespace) -> AutoRecoveryConfig:
 
 @asynccontextmanager
 async def _client(args: argparse.Namespace) -> AsyncIterator[BookKeeper]:
-    config = ClientConfig(request_timeout=args.request_timeout, connect_timeout=5.0)
+    config = ClientConfig(
+        request_timeout=args.request_timeout, connect_timeout=5.0, tls=cluster_tls(args)
+    )
     async with BookKeeper.open(store_uri(args), config=config) as bk:
         await require_cluster(bk.store, bk.ledgers_root)
         yield bk
