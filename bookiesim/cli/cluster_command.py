@@ -92,8 +92,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tls",
         action="store_true",
         help="make a CA and certificates in DIR/tls (once) and start the bookies with TLS and "
-        "client certificates required; the client commands given --cluster DIR use them "
-        "(docs/tls.md)",
+        "client certificates required, nothing served in plaintext (BookieAuthZFactory); "
+        "the client commands given --cluster DIR use them (docs/tls.md)",
     )
     up.add_argument("--scrape-interval", help="Prometheus scrape interval (default 5s)")
     up.add_argument("--json", action="store_true", help="print the cluster description as JSON")

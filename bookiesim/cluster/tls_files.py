@@ -2,9 +2,13 @@
 
 ``bookiesim cluster up --tls`` calls :func:`ensure_cluster_tls`: the first time it makes a
 CA, one certificate for the bookies (valid for ``127.0.0.1`` and ``localhost``, where they
-listen) and one for clients (OU ``0:client``, upstream's role syntax), PEM files readable by
-bookiesim and by upstream's Java bookies and clients alike; later it keeps them. It returns
-the bookies' settings (upstream's keys, recorded in ``cluster.json`` like any ``--set``) and
+listen; OU ``0:bookie``, the role its own clients present: auto-recovery, re-replication) and
+one for clients (OU ``0:client``, upstream's role syntax), PEM files readable by bookiesim and
+by upstream's Java bookies and clients alike; later it keeps them. The bookies require a client
+certificate and authorize it with upstream's ``BookieAuthZFactory`` (roles ``client`` and
+``bookie``), so that a cluster made with ``--tls`` serves nothing in plaintext: TLS alone, in
+upstream as here, would still serve a plaintext client. It returns the bookies' settings
+(upstream's keys, recorded in ``cluster.json`` like any ``--set``) and
 writes ``DIR/tls/client.conf`` with upstream's client keys, which the CLI's client commands
 read for ``--cluster DIR`` (:func:`cluster_client_tls`) and upstream's client takes as is.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from bookiesim.bookie.config import parse_properties
+from bookiesim.bookie.connection_security import AUTHZ_FACTORY
 from bookiesim.client.tls import client_tls_settings
 from bookiesim.cluster.certificates import make_ca
 from bookiesim.proto.tls import TLS_CONTEXT_FACTORY
@@ -28,6 +33,7 @@ __all__ = ["CLIENT_CONF", "TLS_DIR", "cluster_client_tls", "ensure_cluster_tls"]
 TLS_DIR: Final = "tls"
 CLIENT_CONF: Final = "client.conf"
 CLIENT_ROLE: Final = "client"
+BOOKIE_ROLE: Final = "bookie"
 
 
 def ensure_cluster_tls(root: Path) -> list[str]:
@@ -37,7 +43,7 @@ def ensure_cluster_tls(root: Path) -> list[str]:
     ca_path = directory / "ca.crt"
     if not ca_path.exists():
         ca = make_ca(f"bookiesim cluster {root.resolve().name}")
-        ca.issue("bookie").write(directory, "bookie")
+        ca.issue("bookie", organizational_unit=f"0:{BOOKIE_ROLE}").write(directory, "bookie")
         ca.issue("client", organizational_unit=f"0:{CLIENT_ROLE}").write(directory, "client")
         ca_path.write_bytes(ca.cert_pem)  # last: its presence says the rest is there
     client = {
@@ -58,6 +64,8 @@ def ensure_cluster_tls(root: Path) -> list[str]:
         "tlsTrustStoreType=PEM",
         f"tlsTrustStore={ca_path}",
         "tlsClientAuthentication=true",
+        f"bookieAuthProviderFactoryClass={AUTHZ_FACTORY}",
+        f"authorizedRoles={CLIENT_ROLE},{BOOKIE_ROLE}",
     ]
 
 
