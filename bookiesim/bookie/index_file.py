@@ -329,16 +329,12 @@ class IndexFile:
         for page_start in range(0, slots, PAGE_SLOTS):
             count = min(PAGE_SLOTS, slots - page_start)
             data = _pread_full(self._io_fd(), _SLOT * count, HEADER_SIZE + _SLOT * page_start)
-            # Only the slots up to the page's last location (pages are mostly zeros: files
-            # are padded to whole pages). Dirty entries past them, if any, come out in order
-            # with the next page or at the end; a page of zeros has nothing else.
+            # Up to the page's last location only (files are padded to whole pages); dirty
+            # entries past it come out in order with the next page or at the end.
             used = (len(data.rstrip(b"\0")) + _SLOT - 1) // _SLOT
             if not used:
                 continue
             values = struct.unpack_from(f">{used}q", data)
-            if di == nd or dirty[di][0] >= page_start + used:
-                yield from ((page_start + i, loc) for i, loc in enumerate(values) if loc)
-                continue
             for i, location in enumerate(values):
                 entry_id = page_start + i
                 while di < nd and dirty[di][0] < entry_id:
