@@ -304,7 +304,9 @@ class ReplicationWorker:
         for fragment in ledger_fragments(metadata):
             if not fragment.is_closed:
                 continue
-            for bookie in named & set(fragment.ensemble):
+            # In the ensemble's order, not a set's: the reads go out in this order, and a
+            # string set's order changes with PYTHONHASHSEED (a simulated run would too).
+            for bookie in [b for b in fragment.ensemble if b in named]:
                 if await self.replicator.misses_entries(ledger_id, metadata, fragment, bookie):
                     out.add((fragment.first_entry_id, bookie))
         return out

@@ -329,11 +329,12 @@ class IndexFile:
         for page_start in range(0, slots, PAGE_SLOTS):
             count = min(PAGE_SLOTS, slots - page_start)
             data = _pread_full(self._io_fd(), _SLOT * count, HEADER_SIZE + _SLOT * page_start)
-            if data.count(0) == len(data):
-                # Nothing on disk in this page; its dirty entries, if any, come out in order
-                # with the next page or at the end.
+            # Up to the page's last location only (files are padded to whole pages); dirty
+            # entries past it come out in order with the next page or at the end.
+            used = (len(data.rstrip(b"\0")) + _SLOT - 1) // _SLOT
+            if not used:
                 continue
-            values = struct.unpack_from(f">{len(data) // _SLOT}q", data)
+            values = struct.unpack_from(f">{used}q", data)
             for i, location in enumerate(values):
                 entry_id = page_start + i
                 while di < nd and dirty[di][0] < entry_id:

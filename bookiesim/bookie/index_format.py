@@ -203,12 +203,14 @@ def index_path(index_dir: str | os.PathLike[str], ledger_id: int) -> Path:
     """Where upstream (``IndexPersistenceMgr.getLedgerName``) puts a ledger's index file."""
     if not 0 <= ledger_id <= MAX_LOCATION:
         raise ValueError(f"ledger id {ledger_id} is not a non-negative 64-bit long")
-    return (
-        Path(index_dir)
-        / "current"
-        / f"{(ledger_id >> 8) & 0xFF:x}"
-        / f"{ledger_id & 0xFF:x}"
-        / f"{ledger_id:x}.idx"
+    # One Path built from all its parts (each ``/`` would parse a new one): the simulator's
+    # check of every bookie's index compares every ledger's path with this after each step.
+    return Path(
+        index_dir,
+        "current",
+        f"{(ledger_id >> 8) & 0xFF:x}",
+        f"{ledger_id & 0xFF:x}",
+        f"{ledger_id:x}.idx",
     )
 
 

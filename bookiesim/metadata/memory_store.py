@@ -71,7 +71,7 @@ class MemoryStore:
         self._ledgers_root = validate_path(ledgers_root)
         self._zxid = 0
         self._nodes: dict[str, _Node] = {"/": _Node(b"", 0)}
-        self._changed = trio.Event()
+        self._watched: dict[str, trio.Event] = {}
         self._closed = False
 
     @property
@@ -120,7 +120,6 @@ class MemoryStore:
         if path in self._nodes:
             raise NodeExistsError(path)
         self._insert(path, bytes(value), SESSION_ID if ephemeral else 0)
-        self._broadcast()
         return path
 
     async def set(self, path: str, value: bytes, expected_version: int) -> int:
@@ -135,7 +134,7 @@ class MemoryStore:
         self._zxid += 1
         node.value = bytes(value)
         node.version += 1
-        self._broadcast()
+        self._notify(path)
         return node.version
 
     async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
@@ -152,7 +151,6 @@ class MemoryStore:
         if node.children:
             raise NotEmptyError(path)
         self._remove(path)
-        self._broadcast()
 
     async def children(self, path: str) -> list[str]:
         validate_path(path)
@@ -166,7 +164,7 @@ class MemoryStore:
     @asynccontextmanager
     async def watch(self, path: str) -> AsyncIterator[AsyncIterator[Change]]:
         validate_path(path)
-        yield LevelWatch(path, lambda: self._changed, lambda _event: self._stat(path))
+        yield LevelWatch(path, lambda: self._arm(path), lambda _event: self._stat(path))
 
     async def close(self) -> None:
         """End the session: its ephemerals go, and every later call fails."""
@@ -175,7 +173,9 @@ class MemoryStore:
         for path in [p for p, n in self._nodes.items() if n.owner == SESSION_ID]:
             self._remove(path)
         self._closed = True
-        self._broadcast()
+        watched, self._watched = self._watched, {}
+        for event in watched.values():
+            event.set()
 
     def change_number(self) -> int:
         """A number that differs from any earlier answer once any node was created, set or
@@ -198,9 +198,20 @@ class MemoryStore:
         node = self._nodes.get(path)
         return None if node is None else NodeStat(node.czxid, node.version, node.cversion)
 
-    def _broadcast(self) -> None:
-        event, self._changed = self._changed, trio.Event()
-        event.set()
+    def _arm(self, path: str) -> trio.Event:
+        """The event the next change of ``path`` sets (its data, existence or child list).
+        Per path, as ZooKeeper's watches are: a store-wide event woke every watcher of every
+        path on every write, and each re-read its node only to find it unchanged (five
+        simulated auto-recovery nodes watch some forty directories of the mark tree)."""
+        event = self._watched.get(path)
+        if event is None:
+            event = self._watched[path] = trio.Event()
+        return event
+
+    def _notify(self, path: str) -> None:
+        event = self._watched.pop(path, None)
+        if event is not None:
+            event.set()
 
     def _make_parents(self, path: str) -> None:
         missing: list[str] = []
@@ -219,6 +230,8 @@ class MemoryStore:
         parent.children.add(basename(path))
         parent.cversion += 1
         parent.seq += 1
+        self._notify(path)
+        self._notify(parent_path(path))
 
     def _remove(self, path: str) -> None:
         self._zxid += 1
@@ -226,3 +239,5 @@ class MemoryStore:
         parent = self._nodes[parent_path(path)]
         parent.children.discard(basename(path))
         parent.cversion += 1
+        self._notify(path)
+        self._notify(parent_path(path))

@@ -111,6 +111,15 @@ class _Scan:
         return any(lock_name(i) in freed for i in self.marks)
 
 
+class _Wake:
+    """What :meth:`UnderReplicationManager.wait_for_marks`'s watches tell its loop: the
+    event of this round, and whether the tree must be walked again (first round: yes)."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.tree = True
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -279,36 +288,50 @@ class UnderReplicationManager(UnderReplicationControl):
         """Return when there is news since this manager's last scan (:meth:`lock_next`,
         :meth:`under_replicated`): marks came or went, or a mark locked then is free now; at
         once if there was no scan or the tree already differs so. May still return with
-        nothing a caller can lock (a freed mark locked again at once): scan again and loop."""
-        while True:
-            changed = trio.Event()
-            async with trio.open_nursery() as nursery:
-                watched: set[str] = set()
-                while True:
-                    marks, dirs, _ = await self._walk()
-                    new = [d for d in [*dirs, self._locks] if d not in watched]
-                    if not new:
-                        break
-                    for path in new:
-                        armed = trio.Event()
-                        nursery.start_soon(self._watch_once, path, armed, changed)
-                        await armed.wait()
-                        watched.add(path)
-                now = _Scan(frozenset(marks), frozenset(await self._lock_names()))
-                news = self._last_scan is None or now.news_since(self._last_scan)
-                if not news:
-                    await changed.wait()
-                nursery.cancel_scope.cancel()
-            if news:
-                return
-            # Something changed, maybe only a lock taken elsewhere: look again, re-armed.
+        nothing a caller can lock (a freed mark locked again at once): scan again and loop.
 
-    async def _watch_once(self, path: str, armed: trio.Event, changed: trio.Event) -> None:
+        Each directory stays watched until the news comes (ZooKeeper-style watches on the
+        mark tree's directories and on the locks): a lock taken or given up elsewhere
+        re-reads the locks alone, and only a change of the tree walks it again. Walking and
+        re-arming every watch on each such wake-up made every lock any worker took cost
+        each idle worker a walk of the tree."""
+        wake = _Wake()
+        async with trio.open_nursery() as nursery:
+            watched: set[str] = set()
+            marks: list[int] = []
+            while True:
+                wake.event = trio.Event()  # changes from here on wake the wait below
+                while wake.tree:  # walk, and watch what the walk found, until it holds still
+                    wake.tree = False
+                    marks, dirs, _ = await self._walk()
+                    for path in [*dirs, self._locks]:
+                        if path not in watched:
+                            watched.add(path)
+                            await nursery.start(self._watch, path, wake, path != self._locks)
+                now = _Scan(frozenset(marks), frozenset(await self._lock_names()))
+                if self._last_scan is None or now.news_since(self._last_scan):
+                    nursery.cancel_scope.cancel()
+                    return
+                await wake.event.wait()
+
+    async def _watch(
+        self,
+        path: str,
+        wake: _Wake,
+        in_tree: bool,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Until cancelled: each change of ``path`` after the first reading sets
+        ``wake.event``, and ``wake.tree`` for a directory of the mark tree (the walk must
+        be done again)."""
         async with self._store.watch(path) as changes:
             await anext(changes)  # the state now: from here on, any change is news
-            armed.set()
-            await anext(changes)
-            changed.set()
+            task_status.started()
+            async for _ in changes:
+                if in_tree:
+                    wake.tree = True
+                wake.event.set()
 
     async def mark_replicated(self, lock: LedgerLock) -> bool:
         """The ledger is replicated: delete its mark if still at the version seen when locked
