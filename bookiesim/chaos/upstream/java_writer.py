@@ -2,10 +2,11 @@
 
 ``ChaosWriter.java`` (beside this module) is compiled at run time against the installation's
 ``lib/*.jar`` (:mod:`bookiesim.upstream.java_program`) and runs in the client node; it prints
-each operation as a JSON line (see its header). :class:`Relay` (sans-IO) turns those lines into the run's history, through the same
-:class:`~bookiesim.chaos.history.Recorder` bookiesim's own writers use, and tells the other
-workloads about its ledgers (the tailer reads them, the recoverer fences them, the final
-phase recovers and reads each). :func:`java_writer` (trio) runs one.
+each operation as a JSON line (see its header). :class:`Relay` (sans-IO) turns those lines
+into the run's history, through the same :class:`~bookiesim.chaos.history.Recorder`
+bookiesim's own writers use, and tells the other workloads about its ledgers (the tailer reads
+them, the recoverer fences them, the final phase recovers and reads each). :func:`java_writer`
+(trio) runs one.
 """
 
 from __future__ import annotations
