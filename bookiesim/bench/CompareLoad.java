@@ -7,7 +7,9 @@
 // answers or paced at `rate` adds per second; each add's latency from the call to its
 // callback. Two JSON lines on stdout (the client's log goes to stderr):
 //
-//   {"t":"ready","ledgers":10,"setup_seconds":0.8}          once the ledgers exist
+//   {"t":"ready","ledgers":10,"setup_seconds":0.8}    ledgers created, channels connected,
+//                                                      its JIT warmed; then it waits for a
+//                                                      line on stdin before the timed adds
 //   {"t":"done","adds":N,"errors":0,"seconds":S,"first_error":null,"latency_us":[...]}
 //
 // latency_us holds every successful add's latency in microseconds, in the order sent; the
@@ -15,6 +17,9 @@
 //
 // Arguments: metadataServiceUri ledgers adds size window rate(0: peak) channelsPerBookie
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
@@ -35,6 +40,8 @@ public final class CompareLoad {
     /** Ledgers being created at once: 10,000 of them one after the other would take minutes
      *  of metadata round trips before the first add. */
     private static final int CREATES_IN_FLIGHT = 100;
+    private static final int WARM_UP = 10_000;
+    private static final int WARM_UP_LEDGERS = 10;
 
     private CompareLoad() {}
 
@@ -62,9 +69,12 @@ public final class CompareLoad {
             long setup = System.nanoTime();
             List<LedgerHandle> handles = create(bk, ledgers);
             connect(handles, channels);
+            warmUp(handles, size, window);
             emit("{\"t\":\"ready\",\"ledgers\":" + handles.size() + ",\"setup_seconds\":"
                     + seconds(System.nanoTime() - setup) + "}");
-            run(handles, adds, size, window, rate);
+            // The caller starts measuring the bookie, then says go.
+            new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+            emitDone(run(handles, adds, size, window, rate));
         } finally {
             bk.close();
         }
@@ -113,7 +123,23 @@ public final class CompareLoad {
         }
     }
 
-    private static void run(List<LedgerHandle> handles, int adds, int size, int window,
+    /** WARM_UP adds at the peak over the first WARM_UP_LEDGERS ledgers, untimed: a cold JVM
+     *  interprets the add path for its first thousands of calls, and a paced run's first
+     *  second would measure that, not the bookie. Few ledgers, so that the bookie's work on
+     *  a ledger's first add stays in the run for (nearly) all of them. */
+    private static void warmUp(List<LedgerHandle> handles, int size, int window)
+            throws InterruptedException {
+        List<LedgerHandle> some = handles.subList(0, Math.min(WARM_UP_LEDGERS, handles.size()));
+        Result warm = run(some, WARM_UP, size, window, 0);
+        if (warm.errors > 0) {
+            throw new IllegalStateException("warming up: " + warm.firstError);
+        }
+    }
+
+    /** What a run of adds did: its time, its failures, each add's latency (-1: failed). */
+    private record Result(long elapsed, int errors, String firstError, long[] latency) {}
+
+    private static Result run(List<LedgerHandle> handles, int adds, int size, int window,
             double rate) throws InterruptedException {
         byte[] payload = new byte[size];
         long[] sentAt = new long[adds];
@@ -148,16 +174,19 @@ public final class CompareLoad {
             }, null);
         }
         answered.await();
-        long elapsed = System.nanoTime() - start;
-        int ok = adds - errors.get();
+        return new Result(System.nanoTime() - start, errors.get(), firstError.get(), latency);
+    }
+
+    private static void emitDone(Result result) {
+        int ok = result.latency.length - result.errors;
         StringBuilder line = new StringBuilder(64 + ok * 6);
         line.append("{\"t\":\"done\",\"adds\":").append(ok)
-                .append(",\"errors\":").append(errors.get())
-                .append(",\"seconds\":").append(seconds(elapsed))
-                .append(",\"first_error\":").append(quote(firstError.get()))
+                .append(",\"errors\":").append(result.errors)
+                .append(",\"seconds\":").append(seconds(result.elapsed))
+                .append(",\"first_error\":").append(quote(result.firstError))
                 .append(",\"latency_us\":[");
         String comma = "";
-        for (long nanos : latency) {
+        for (long nanos : result.latency) {
             if (nanos >= 0) {
                 line.append(comma).append(TimeUnit.NANOSECONDS.toMicros(nanos));
                 comma = ",";

@@ -19,10 +19,11 @@ import shutil
 import subprocess
 import time
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bookiesim.bench.bookie import run_client
-from bookiesim.bench.java_load import load_argv, run_java_load
+from bookiesim.bench.java_load import java_load, load_argv
 from bookiesim.bench.process_sampling import (
     Sampler,
     count_files,
@@ -33,7 +34,7 @@ from bookiesim.bench.upstream import upstream_bookie, zookeeper_for
 from bookiesim.cluster.processes import BOOKIE_PROGRAM, HOST, bookie_process
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 __all__ = ["KINDS", "LOADS", "SETTINGS", "Load", "limited", "run_one"]
@@ -95,16 +96,20 @@ def _python_load(
     return result
 
 
-def _load(
+@contextmanager
+def _ready_load(
     load: Load, home: Path | None, port: int, pid: int, uri: str | None, *, ledgers: int,
     adds: int, size: int, rate: float | None,
-) -> dict[str, Any]:  # fmt: skip
-    """One load's summary, the same figures whichever load ran (``failed`` saying how when
-    it did not complete)."""
+) -> Iterator[Callable[[], dict[str, Any]]]:  # fmt: skip
+    """The load, ready to start: yields the function that runs its timed adds and returns its
+    summary, the same figures whichever load ran (``failed`` saying how when it did not
+    complete). The Java load creates its ledgers and warms up before the block starts."""
     if load.name == "bookiesim":
-        return _python_load(
-            port, pid, ledgers=ledgers, adds=adds, size=size, rate=rate, channels=load.channels
-        )
+        yield partial(
+            _python_load, port, pid, ledgers=ledgers, adds=adds, size=size, rate=rate,
+            channels=load.channels,
+        )  # fmt: skip
+        return
     assert home is not None
     assert load.classes is not None
     assert uri is not None
@@ -112,7 +117,8 @@ def _load(
         home, load.classes, load.classes.parent, uri, ledgers=ledgers, adds=adds, size=size,
         rate=rate, channels=load.channels,
     )  # fmt: skip
-    return run_java_load(argv, size)
+    with java_load(argv, size) as go:
+        yield go
 
 
 @contextmanager
@@ -159,15 +165,18 @@ def run_one(
     """One bookie, one load, in a fresh ``root`` removed afterwards."""
     registered = load.name == "java"
     try:
-        with _bookie(kind, root, home, open_files_limit, registered=registered) as (
-            port, pid, ledgers_dir, stop, uri,
+        with (
+            _bookie(kind, root, home, open_files_limit, registered=registered) as (
+                port, pid, ledgers_dir, stop, uri,
+            ),
+            _ready_load(
+                load, home, port, pid, uri, ledgers=ledgers, adds=adds, size=size, rate=rate
+            ) as timed,
         ):  # fmt: skip
             # Sampled through the stop: its last checkpoint writes what the adds left in
             # memory (all of it, in a run shorter than flushInterval), and holds descriptors.
             with Sampler(pid) as sampler:
-                result = _load(
-                    load, home, port, pid, uri, ledgers=ledgers, adds=adds, size=size, rate=rate
-                )
+                result = timed()
                 load_cpu = sampler.cpu_so_far()
                 before_stop = lifetime_cpu_seconds(pid)
                 reaped = reaped_children_cpu()

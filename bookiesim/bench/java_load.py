@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +26,18 @@ from bookiesim.upstream.installation import BOOKIE_JAVA_OPTS
 from bookiesim.upstream.java_program import compile_program, program_command
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["SOURCE", "compile_load", "load_argv", "parse_output", "run_java_load"]
+__all__ = ["SOURCE", "compile_load", "java_load", "load_argv", "outcome", "parse_output"]
 
 SOURCE = Path(__file__).with_name("CompareLoad.java")
 MAIN = "CompareLoad"
+READY = '{"t":"ready"'
 WINDOW = 2000
 """Adds in flight at most, as the Python load client's window."""
+READY_TIMEOUT = 900.0
+"""Seconds the Java load may take to be ready: 10,000 ledgers created on a busy machine, and
+its warm-up."""
 TIMEOUT = 3600.0
 """Seconds the Java load may take in all (its adds time out after upstream's 5 s each, so a
 bookie that stops answering ends the run with errors long before)."""
@@ -91,21 +98,57 @@ def _why(stderr: str, code: int) -> str:
     return (causes or lines or [f"the Java load exited with {code}"])[-1][:300]
 
 
-def run_java_load(argv: Sequence[str], size: int) -> dict[str, Any]:
-    """Run the Java load to its end: its summary, with ``failed`` saying how when it did
-    not complete every add."""
+def outcome(stdout: str, stderr: str, code: int, size: int) -> dict[str, Any]:
+    """What an ended Java load did, from its output and exit code: its summary, with
+    ``failed`` saying how when it did not complete every add."""
     try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=TIMEOUT, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"failed": f"the Java load had not finished after {TIMEOUT:.0f} s"}
-    try:
-        result = parse_output(done.stdout, size)
+        result = parse_output(stdout, size)
     except ValueError as exc:
-        return {"failed": f"{exc}: {_why(done.stderr, done.returncode)}"}
+        return {"failed": f"{exc}: {_why(stderr, code)}"}
     if result["errors"]:
         result["failed"] = f"{result['errors']} adds failed ({result.get('first_error')})"
-    elif done.returncode != 0:
-        result["failed"] = _why(done.stderr, done.returncode)
+    elif code != 0:
+        result["failed"] = _why(stderr, code)
     return result
+
+
+@contextmanager
+def java_load(argv: Sequence[str], size: int) -> Iterator[Callable[[], dict[str, Any]]]:
+    """Start the Java load and wait until it is ready (ledgers created, channels connected,
+    its JIT warmed), so that the caller can start measuring the bookie; yield the function
+    that says go, waits for the timed adds and returns :func:`outcome`. Killed on leaving
+    the block if it still runs."""
+    with tempfile.TemporaryFile() as log:  # its log: read only to say why it failed
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        try:
+            before = ""  # a library may print to stdout first; EOF: it ended
+            # A load stuck before it is ready (a metadata service that never answers) is
+            # killed, which ends the wait below with the end of its output.
+            stuck = threading.Timer(READY_TIMEOUT, proc.kill)
+            stuck.start()
+            try:
+                for line in iter(proc.stdout.readline, ""):
+                    before += line
+                    if line.startswith(READY):
+                        break
+            finally:
+                stuck.cancel()
+
+            def go() -> dict[str, Any]:
+                try:  # the go, then everything it prints until it ends
+                    rest, _ = proc.communicate(input="go\n", timeout=TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    return {"failed": f"the Java load had not finished after {TIMEOUT:.0f} s"}
+                log.seek(0)
+                stderr = log.read().decode(errors="replace")
+                return outcome(before + rest, stderr, proc.returncode, size)
+
+            yield go
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -28,9 +28,9 @@ from bookiesim.bench.compare_run import SETTINGS
 from bookiesim.bench.java_load import (
     SOURCE,
     compile_load,
+    java_load,
     load_argv,
     parse_output,
-    run_java_load,
 )
 from bookiesim.bench.load_client import LoadResult, build_frames, channel_of, run_load
 from bookiesim.cli.main import build_parser, main
@@ -115,20 +115,51 @@ def test_a_java_load_that_never_reported_its_adds_says_where_it_stopped() -> Non
         parse_output('{"t":"ready","ledgers":10,"setup_seconds":0.1}\n', SIZE)
 
 
-def _stand_in(stdout: str, stderr: str = "", code: int = 0) -> list[str]:
-    """A process printing what the Java load prints (its stdout, its log on stderr) and
-    exiting with ``code``: the runner sees only a process and its output."""
+READY_LINE = '{"t":"ready","ledgers":10,"setup_seconds":0.4}\n'
+
+
+def _stand_in(after_go: str, stderr: str = "", code: int = 0, *, ready: bool = True) -> list[str]:
+    """A process that talks as the Java load does: its log on stderr, the ready line, then
+    (after the go on stdin) ``after_go``, and exits with ``code``; not ``ready``: it exits
+    with ``code`` before its ready line, as a Java load that could not create its ledgers
+    does. The runner sees only a process and its output."""
     script = (
-        f"import sys; sys.stdout.write({stdout!r}); sys.stderr.write({stderr!r}); sys.exit({code})"
+        "import sys\n"
+        f"sys.stderr.write({stderr!r})\n"
+        "print('SLF4J: a library talking on stdout', flush=True)\n"
     )
-    return [sys.executable, "-c", script]
+    if ready:
+        script += (
+            f"sys.stdout.write({READY_LINE!r}); sys.stdout.flush()\n"
+            "sys.stdin.readline()\n"
+            f"sys.stdout.write({after_go!r})\n"
+        )
+    return [sys.executable, "-c", script + f"sys.exit({code})\n"]
+
+
+def test_the_java_load_runs_its_adds_only_after_the_go(tmp_path: Path) -> None:
+    """Ready first (the caller then starts measuring the bookie), the timed adds after the
+    go: a stand-in that records when it was told to go."""
+    marker = tmp_path / "went"
+    script = (
+        "import sys, pathlib\n"
+        f"sys.stdout.write({READY_LINE!r}); sys.stdout.flush()\n"
+        "sys.stdin.readline()\n"
+        f"pathlib.Path({str(marker)!r}).write_text('go')\n"
+        f"sys.stdout.write({_done_line([1000, 2000]) + chr(10)!r})\n"
+    )
+    with java_load([sys.executable, "-c", script], SIZE) as go:
+        assert not marker.exists()
+        result = go()
+    assert marker.read_text() == "go"
+    assert (result["adds"], result["errors"], result["setup_seconds"]) == (2, 0, 0.4)
+    assert "failed" not in result
 
 
 def test_failed_adds_fail_the_run_naming_the_first_error() -> None:
-    result = run_java_load(
-        _stand_in(_done_line([900, 1200], errors=3, first_error="Bookie handle is not available")),
-        SIZE,
-    )
+    done = _done_line([900, 1200], errors=3, first_error="Bookie handle is not available")
+    with java_load(_stand_in(done + "\n"), SIZE) as go:
+        result = go()
     assert result["adds"] == 2
     assert result["failed"] == "3 adds failed (Bookie handle is not available)"
 
@@ -140,7 +171,8 @@ def test_a_crashed_java_load_fails_the_run_with_its_exception() -> None:
         "failed: Not enough non-faulty bookies available\n"
         "\tat CompareLoad.create(CompareLoad.java:90)\n"
     )
-    result = run_java_load(_stand_in("", stderr, 1), SIZE)
+    with java_load(_stand_in("", stderr, 1, ready=False), SIZE) as go:
+        result = go()
     assert result == {
         "failed": "the Java load ended before its ledgers existed, without reporting its adds: "
         'Exception in thread "main" java.lang.IllegalStateException: creating a ledger '
