@@ -20,9 +20,10 @@ Runs alternate, bookiesim then upstream, workload by workload; a *pair* is one r
 The workloads: the peak (the client saturating, up to 2,000 adds in flight) at 10, 1,000 and
 10,000 ledgers round robin, ``--adds`` adds each (3M by default: long enough for a dozen
 checkpoints; the Python client builds every frame before it starts, about 3.5 GB for 3M adds
-of 1 KiB, and the Java client creates its ledgers and connects each channel before its clock
-starts, so neither is timed), then 10 ledgers paced at half the lower of the pair's two
-10-ledger peaks for at least ``--latency-seconds`` (p50/p99/p99.9 at a load both carry).
+of 1 KiB, and the Java client creates its ledgers, connects each channel and warms its JIT
+before the bookie's sampling and its clock start, so neither is timed), then 10 ledgers
+paced at half the lower of the pair's two 10-ledger peaks for at least ``--latency-seconds``
+(p50/p99/p99.9 at a load both carry).
 
 Of each run, from ``/proc`` of the bookie's process and its descendants: CPU per add (all
 threads, the clean stop's last checkpoint included: in a run shorter than ``flushInterval``

@@ -7,8 +7,11 @@ ledgers round robin, a bounded window of adds in flight, peak or paced) through 
 public client API: ``createLedger`` (E=Qw=Qa=1) and ``asyncAddEntry``. Upstream's client
 finds bookies and keeps ledger metadata through a metadata service, so it is given the
 ``metadataServiceUri`` the bookie under test registered with. ``numChannelsPerBookie`` is
-``bench compare --channels``. Its latencies become the same percentiles as the Python
-client's (:meth:`LoadResult.summary`): one rule for both loads.
+``bench compare --channels``. It gets ready (ledgers created, channels connected, 10,000
+warm-up adds so that its JIT has compiled the add path) and waits for a go on stdin:
+:func:`java_load` starts it, the caller starts measuring the bookie, then says go. Its
+latencies become the same percentiles as the Python client's (:meth:`LoadResult.summary`):
+one rule for both loads.
 """
 
 from __future__ import annotations
