@@ -99,7 +99,14 @@ def run_load(
 
 
 def run_client(
-    port: int, server_pid: int, *, ledgers: int, adds: int, size: int, rate: float | None = None
+    port: int,
+    server_pid: int,
+    *,
+    ledgers: int,
+    adds: int,
+    size: int,
+    rate: float | None = None,
+    channels: int = 1,
 ) -> dict[str, Any]:
     """The load client as a child process against the server at ``port``: its summary, and
     the server's CPU per add (all threads) and share of one core, beside the client's own."""
@@ -118,6 +125,8 @@ def run_client(
     ]
     if rate is not None:
         args += ["--rate", str(rate)]
+    if channels != 1:
+        args += ["--channels", str(channels)]
     server_cpu_before = process_cpu_seconds(server_pid)
     children_before = os.times()
     out = subprocess.run(args, capture_output=True, text=True, check=True)

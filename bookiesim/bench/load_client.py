@@ -4,7 +4,9 @@ It keeps up to ``window`` adds outstanding, writes frames in bursts (one ``send_
 burst), and records each add's latency from send to response. Entries are packaged once per
 (ledger, entry) with the real CRC32C digest, so the bookie sees exactly what a BookKeeper
 client sends. With ``--rate`` it paces sends to a fixed add rate (for latency at a given
-load) instead of saturating.
+load) instead of saturating. With ``--channels N`` it opens N connections and sends each
+ledger's adds over the one its id picks (id modulo N), as upstream's client spreads ledgers
+over ``numChannelsPerBookie`` channels.
 
 Prints one JSON object: adds, seconds, adds_per_second, mb_per_second, latency percentiles
 (ms) and errors.
@@ -86,10 +88,20 @@ def build_frames(ledgers: int, first_ledger: int, count: int, size: int) -> list
     return frames
 
 
+def channel_of(ledger_id: int, channels: int) -> int:
+    """The connection a ledger's adds go over: its id modulo the connections, as upstream's
+    client picks one of ``numChannelsPerBookie`` channels by ledger id."""
+    return ledger_id % channels
+
+
 async def run_load(
-    host: str, port: int, frames: list[bytes], window: int, rate: float | None, size: int
-) -> LoadResult:
-    stream = await trio.open_tcp_stream(host, port)
+    host: str, port: int, frames: list[bytes], window: int, rate: float | None, size: int,
+    connections: int = 1, route: list[int] | None = None,
+) -> LoadResult:  # fmt: skip
+    """Send ``frames`` with at most ``window`` adds outstanding in all, over ``connections``
+    connections: frame ``n`` over ``route[n]`` (all over the first when None)."""
+    streams = [await trio.open_tcp_stream(host, port) for _ in range(connections)]
+    route = route or [0] * len(frames)
     sent_at = [0.0] * len(frames)
     latencies: list[float] = []
     errors = 0
@@ -117,21 +129,29 @@ async def run_load(
             now = time.perf_counter()
             for i in range(n, n + burst):
                 sent_at[i] = now
-            await stream.send_all(b"".join(frames[n : n + burst]))
+            if connections == 1:
+                await streams[0].send_all(b"".join(frames[n : n + burst]))
+            else:  # each connection its share of the burst, in one send
+                parts: list[list[bytes]] = [[] for _ in streams]
+                for i in range(n, n + burst):
+                    parts[route[i]].append(frames[i])
+                for stream, part in zip(streams, parts, strict=True):
+                    if part:
+                        await stream.send_all(b"".join(part))
             n += burst
 
-    async def receiver() -> None:
+    async def receiver(stream: trio.SocketStream, expected: int) -> None:
         nonlocal received, errors
         decoder = FrameDecoder()
-        total = len(frames)
         parse = pb.Response.FromString
-        while received < total:
+        answered = 0
+        while answered < expected:
             with trio.move_on_after(STALL_SECONDS) as waiting:
                 data = await stream.receive_some(1 << 18)
             if waiting.cancelled_caught:
                 raise BookieStalledError(
                     f"no answer from the bookie for {STALL_SECONDS:.0f} s, "
-                    f"{received:,} of {total:,} adds answered"
+                    f"{received:,} of {len(frames):,} adds answered"
                 )
             if not data:
                 raise ConnectionError("bookie closed the connection")
@@ -143,13 +163,19 @@ async def run_load(
                     errors += 1
                 latencies.append(now - sent_at[response.header.txnId])
                 received += 1
+                answered += 1
             room.set()
 
+    expected = [0] * connections
+    for connection in route:
+        expected[connection] += 1
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(receiver)
+        for stream, count in zip(streams, expected, strict=True):
+            nursery.start_soon(receiver, stream, count)
         nursery.start_soon(sender)
     seconds = time.perf_counter() - start
-    await stream.aclose()
+    for stream in streams:
+        await stream.aclose()
     return LoadResult(received - errors, errors, seconds, size, latencies)
 
 
@@ -163,11 +189,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--window", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=None, help="adds per second (paced)")
+    parser.add_argument(
+        "--channels",
+        type=int,
+        default=1,
+        help="connections to the bookie; a ledger's adds go over the one its id picks",
+    )
     args = parser.parse_args(argv)
     frames = build_frames(args.ledgers, args.first_ledger, args.adds, args.size)
+    # Frame n is ledger first_ledger + n % ledgers (build_frames' round robin).
+    route = [
+        channel_of(args.first_ledger + n % args.ledgers, args.channels) for n in range(args.adds)
+    ]
     stalled: BaseException | None = None
     try:
-        result = trio.run(run_load, args.host, args.port, frames, args.window, args.rate, args.size)
+        result = trio.run(
+            run_load,
+            args.host,
+            args.port,
+            frames,
+            args.window,
+            args.rate,
+            args.size,
+            args.channels,
+            route,
+        )
     except* (BookieStalledError, ConnectionError) as group:
         stalled = group.exceptions[0]
     if stalled is not None:

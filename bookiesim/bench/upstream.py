@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["UpstreamBookie", "upstream_bookie"]
+__all__ = ["UpstreamBookie", "upstream_bookie", "zookeeper_for"]
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 120.0
@@ -42,9 +42,9 @@ def _accepts(port: int) -> bool:
 
 
 @contextmanager
-def _zookeeper_for(home: Path, work: Path) -> Iterator[str]:
-    """A ZooKeeper for upstream's bookie: the one this machine has, else the jar upstream
-    ships; yields its ``host:port``."""
+def zookeeper_for(home: Path, work: Path) -> Iterator[str]:
+    """A ZooKeeper for upstream's bookie (or for bookiesim's, when upstream's client is the
+    load): the one this machine has, else the jar upstream ships; yields its ``host:port``."""
     saved = os.environ.get("ZOOKEEPER_CLASSPATH")
     if isinstance(find_zookeeper(), str):
         os.environ["ZOOKEEPER_CLASSPATH"] = str(home / "lib" / "*")
@@ -66,6 +66,8 @@ class UpstreamBookie:
     proc: subprocess.Popen[bytes]
     root: Path
     log: Path
+    metadata_uri: str
+    """Its ``metadataServiceUri``: where a client finds it."""
 
     @property
     def ledgers_dir(self) -> Path:
@@ -91,8 +93,9 @@ def upstream_bookie(
     by ``initnewcluster``; ready when the block starts, killed on leaving if still running.
     ``prefix`` goes before the java command (one that execs it, so the pid is the JVM's)."""
     root.mkdir(parents=True, exist_ok=True)
-    with _zookeeper_for(home, root) as hosts:
+    with zookeeper_for(home, root) as hosts:
         port = free_port(HOST)
+        metadata_uri = f"zk://{hosts}/ledgers"
         conf = write_conf(
             root / "bk_server.conf",
             {
@@ -100,7 +103,7 @@ def upstream_bookie(
                 "advertisedAddress": HOST,
                 "allowLoopback": "true",
                 "useHostNameAsBookieID": "false",
-                "metadataServiceUri": f"zk://{hosts}/ledgers",
+                "metadataServiceUri": metadata_uri,
                 "journalDirectories": root / "journal",
                 "ledgerDirectories": root / "ledgers",
                 "httpServerEnabled": "false",
@@ -134,7 +137,7 @@ def upstream_bookie(
             proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
             )
-        bookie = UpstreamBookie(port, proc, root, log)
+        bookie = UpstreamBookie(port, proc, root, log, metadata_uri)
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while not _accepts(port):

@@ -20,13 +20,13 @@ from bookiesim.bench.bookie import run_client
 from bookiesim.bench.compare import (
     FIXED,
     ComparePlan,
-    _bookie,
     command_of,
     figures_of,
     plan_of,
     summarize,
     workload_keys,
 )
+from bookiesim.bench.compare_run import _bookie
 from bookiesim.cli.main import build_parser, main
 from bookiesim.upstream.installation import installation
 from tests.missing import upstream_skip
@@ -64,12 +64,20 @@ def test_quick_without_an_installation_prints_ours_and_refuses_the_ratios(
     assert "--bookkeeper-home" in refusal[0]
     assert report["ratios_refused"] == refusal[0]
     assert report["upstream"] is None
-    assert report["ratios"] == {}
     assert report["command"].startswith("bookiesim bench compare --quick")
+    # The default load alone, over one channel, and its results under its name.
+    assert (report["loads"], report["channels"]) == (["bookiesim"], 1)
+    assert set(report["results"]) == {"bookiesim"}
+    result = report["results"]["bookiesim"]
+    assert result["ratios"] == {}
 
-    plan = ComparePlan(**{**report["plan"], "ledgers": tuple(report["plan"]["ledgers"])})
+    plan = ComparePlan(**{
+        **report["plan"],
+        "ledgers": tuple(report["plan"]["ledgers"]),
+        "loads": tuple(report["plan"]["loads"]),
+    })  # fmt: skip
     assert plan == ComparePlan(adds=2000, latency_seconds=1.0, pairs=1)
-    (pair,) = report["runs"]
+    (pair,) = result["runs"]
     assert set(pair) == set(workload_keys(plan))
     for key, runs in pair.items():
         assert set(runs) == {"bookiesim"}  # ours alone
@@ -77,10 +85,14 @@ def test_quick_without_an_installation_prints_ours_and_refuses_the_ratios(
     peak = pair["peak_10"]["bookiesim"]["adds_per_second"]
     assert pair[FIXED]["bookiesim"]["target_rate"] == pytest.approx(peak / 2, rel=0.01)
     for key in workload_keys(plan):
-        assert report["medians"][key]["bookiesim"] == {
+        assert result["medians"][key]["bookiesim"] == {
             figure: pair[key]["bookiesim"][figure] for figure in figures_of(key)
         }
-    scaling = report["scaling"]["bookiesim"]["adds_per_second: peak_1000 / peak_10"]
+        assert (pair[key]["bookiesim"]["load"], pair[key]["bookiesim"]["channels"]) == (
+            "bookiesim",
+            1,
+        )
+    scaling = result["scaling"]["bookiesim"]["adds_per_second: peak_1000 / peak_10"]
     assert scaling["median"] == pytest.approx(
         pair["peak_1000"]["bookiesim"]["adds_per_second"] / peak, abs=0.001
     )
@@ -152,13 +164,14 @@ def test_live_quick_pair_against_upstream(
     report = json.loads(captured.out)
     assert report["ratios_refused"] is None
     assert "ratios refused" not in captured.err
-    (pair,) = report["runs"]
+    result = report["results"]["bookiesim"]
+    (pair,) = result["runs"]
     for key, runs in pair.items():
         assert set(runs) == {"bookiesim", "upstream"}
         for run in runs.values():
             _check_run(run, key, 2000)
         for figure in figures_of(key):
-            assert report["ratios"][key][figure]["median"] > 0
+            assert result["ratios"][key][figure]["median"] > 0
     assert list(tmp_path.iterdir()) == []
 
 
@@ -166,7 +179,8 @@ def test_open_files_limit_is_the_bookies_hard_and_soft_limit(tmp_path: Path) -> 
     """``--open-files-limit N`` runs each bookie as under ``ulimit -n N``: the limit the
     process has (both soft and hard, or a bookie would raise its soft limit past it) is N,
     and bookiesim serves within it."""
-    with _bookie("bookiesim", tmp_path / "b", None, 300) as (port, pid, _, stop):
+    with _bookie("bookiesim", tmp_path / "b", None, 300) as (port, pid, _, stop, uri):
+        assert uri is None  # the Python load needs no metadata service
         limits = Path(f"/proc/{pid}/limits").read_text()
         (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
         assert line.split()[3:5] == ["300", "300"]

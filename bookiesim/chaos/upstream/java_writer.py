@@ -1,17 +1,17 @@
 """Upstream's Java client as a writer workload (``bookiesim chaos run --java-writers``).
 
 ``ChaosWriter.java`` (beside this module) is compiled at run time against the installation's
-``lib/*.jar`` and runs in the client node; it prints each operation as a JSON line (see its
-header). :class:`Relay` (sans-IO) turns those lines into the run's history, through the same
-:class:`~bookiesim.chaos.history.Recorder` bookiesim's own writers use, and tells the other
-workloads about its ledgers (the tailer reads them, the recoverer fences them, the final
-phase recovers and reads each). :func:`java_writer` (trio) runs one.
+``lib/*.jar`` (:mod:`bookiesim.upstream.java_program`) and runs in the client node; it prints
+each operation as a JSON line (see its header). :class:`Relay` (sans-IO) turns those lines
+into the run's history, through the same :class:`~bookiesim.chaos.history.Recorder`
+bookiesim's own writers use, and tells the other workloads about its ledgers (the tailer reads
+them, the recoverer fences them, the final phase recovers and reads each). :func:`java_writer`
+(trio) runs one.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bookiesim.upstream.installation import java_command
+from bookiesim.upstream.java_program import compile_program, program_command
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -34,34 +34,13 @@ MAIN = "ChaosWriter"
 ENTRIES_PER_LEDGER = 200
 GRACE = 40.0
 """Seconds past the run's end the writer has to finish its last operation and exit."""
-LOG_CONFIG = """\
-status = error
-appender.err.type = Console
-appender.err.name = ERR
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1} - %m%n
-rootLogger.level = info
-rootLogger.appenderRef.err.ref = ERR
-"""
-"""The client's log on stderr (into the run's log file): stdout holds only its JSON lines."""
 LINE_START = b'{"t":'
 
 
 def compile_writer(home: Path, work: Path) -> Path:
-    """``javac`` the writer against ``home/lib/*`` into ``work/classes``; ``RuntimeError``
-    (one line) when there is no ``javac`` or the installation's API does not fit."""
-    javac = shutil.which("javac")
-    if javac is None:
-        raise RuntimeError("no javac on PATH: the Java writer is compiled at run time (JDK 17)")
-    classes = work / "classes"
-    classes.mkdir(parents=True, exist_ok=True)
-    argv = [javac, "-cp", str(home / "lib" / "*"), "-d", str(classes), str(SOURCE)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    if done.returncode != 0:
-        first = (done.stderr.strip().splitlines() or ["?"])[0]
-        raise RuntimeError(f"the Java writer does not compile against {home}/lib: {first}")
-    return classes
+    """The writer compiled against ``home/lib/*`` into ``work/classes``
+    (:func:`~bookiesim.upstream.java_program.compile_program`)."""
+    return compile_program(home, SOURCE, work)
 
 
 def writer_argv(
@@ -69,12 +48,9 @@ def writer_argv(
     seed: int, name: str,
 ) -> list[str]:  # fmt: skip
     """The writer's command; ``uri`` as upstream writes it (``upstream_metadata_uri``)."""
-    # Written before java_command, which keeps a log4j2.properties it finds.
-    (work / "log4j2.properties").write_text(LOG_CONFIG)
-    command = java_command(home, work, ("-Xmx256m", "-Djava.net.preferIPv4Stack=true"), MAIN)
-    # java_command's class path is the installation's; the writer's classes go first.
-    where = command.index("-cp") + 1
-    command[where] = f"{classes}:{command[where]}"
+    command = program_command(
+        home, classes, work, ("-Xmx256m", "-Djava.net.preferIPv4Stack=true"), MAIN
+    )
     return [
         *command,
         uri,
