@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,14 +72,7 @@ def cluster(
     zookeeper_server: ZooKeeperServer, tmp_path: Path
 ) -> Iterator[tuple[Upstream, Path, Path]]:
     """Three bookiesim bookies in a fresh root; upstream's shell configuration for it."""
-    parent = f"/shell-{uuid.uuid4().hex[:8]}"
-    root = Root(zookeeper_server.hosts, f"{parent}/ledgers")
-    zk = root.zk()
-    try:
-        zk.ensure_path(parent)
-    finally:
-        zk.stop()
-        zk.close()
+    root = Root.fresh(zookeeper_server.hosts, "shell")
     install = installation()
     assert isinstance(install, Path)
     (tmp_path / "upstream").mkdir()

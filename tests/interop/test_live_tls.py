@@ -18,7 +18,6 @@ import os
 import socket
 import subprocess
 import threading
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,15 +44,7 @@ ROLE = "pulsar"
 
 @pytest.fixture
 def root(zookeeper_server: ZooKeeperServer) -> Root:
-    parent = f"/tls-{uuid.uuid4().hex[:8]}"
-    r = Root(zookeeper_server.hosts, f"{parent}/ledgers")
-    zk = r.zk()
-    try:
-        zk.ensure_path(parent)
-    finally:
-        zk.stop()
-        zk.close()
-    return r
+    return Root.fresh(zookeeper_server.hosts, "tls")
 
 
 BOUNCY_CASTLE_STAND_IN = """package org.bouncycastle.jce.provider;

@@ -19,7 +19,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,15 +48,7 @@ pytestmark = [pytest.mark.slow, upstream_skip()]
 def root(zookeeper_server: ZooKeeperServer) -> Root:
     """A fresh ledgers root of the test ZooKeeper; its parent exists, as an operator's
     chroot would."""
-    parent = f"/live-{uuid.uuid4().hex[:8]}"
-    r = Root(zookeeper_server.hosts, f"{parent}/ledgers")
-    zk = r.zk()
-    try:
-        zk.ensure_path(parent)
-    finally:
-        zk.stop()
-        zk.close()
-    return r
+    return Root.fresh(zookeeper_server.hosts, "live")
 
 
 @pytest.fixture

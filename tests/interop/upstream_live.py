@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -67,6 +68,20 @@ class Root:
 
     hosts: str
     path: str
+
+    @classmethod
+    def fresh(cls, hosts: str, prefix: str) -> Root:
+        """A new ledgers root ``/PREFIX-<random>/ledgers``; its parent made, as an operator's
+        chroot would be (upstream's ``initnewcluster`` makes the root itself)."""
+        parent = f"/{prefix}-{uuid.uuid4().hex[:8]}"
+        root = cls(hosts, f"{parent}/ledgers")
+        zk = root.zk()
+        try:
+            zk.ensure_path(parent)
+        finally:
+            zk.stop()
+            zk.close()
+        return root
 
     @property
     def uri(self) -> str:
