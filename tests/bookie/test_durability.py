@@ -32,7 +32,7 @@ from bookiesim.sim.disk import DiskFaults, SimDisk
 
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from pathlib import Path
 
 
@@ -82,16 +82,49 @@ async def write_until_killed(
             os.kill(proc.pid, signal.SIGKILL)
 
 
-async def check_all_readable(port: int, acked: dict[int, int]) -> None:
+READS_IN_FLIGHT = 32
+"""Reads kept outstanding on the one connection by :func:`read_each`: one at a time, a
+read-back of thousands of entries waited a round trip per entry (seconds per test)."""
+
+
+async def read_each(
+    port: int, wanted: Sequence[tuple[int, int]]
+) -> list[tuple[int, int, pb.Response]]:
+    """Every ``(ledger, entry)`` of ``wanted`` read from the bookie on ``port``, with
+    :data:`READS_IN_FLIGHT` requests pipelined on one connection; the responses in the order
+    of ``wanted``, whatever order the answers came in."""
+    pending = iter(enumerate(wanted))
+    answers: list[pb.Response | None] = [None] * len(wanted)
     async with connect("127.0.0.1", port) as conn:
         client = BookieTestClient(conn)
-        for ledger_id, last in acked.items():
-            digest = DigestManager(ledger_id, b"")
-            for entry_id in range(last + 1):
-                r = await client.read(ledger_id, entry_id)
-                assert r.status == pb.EOK, (ledger_id, entry_id, pb.StatusCode.Name(r.status))
-                got = digest.verify(r.readResponse.body, expected_entry_id=entry_id)
-                assert got.payload == payload(ledger_id, entry_id)
+
+        async def reader() -> None:
+            # One trio thread: next() hands each item to exactly one reader.
+            for index, (ledger_id, entry_id) in pending:
+                answers[index] = await client.read(ledger_id, entry_id)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(READS_IN_FLIGHT):
+                nursery.start_soon(reader)
+    return [(lid, eid, r) for (lid, eid), r in zip(wanted, answers, strict=True) if r is not None]
+
+
+def assert_acked_read_back(read: list[tuple[int, int, pb.Response]], acked: dict[int, int]) -> None:
+    """Among ``read`` (from :func:`read_each`), every acknowledged entry (up to ``acked``'s
+    last of its ledger) came back, with the payload it was added with."""
+    wanted = [(lid, eid) for lid, last in acked.items() for eid in range(last + 1)]
+    responses = {(lid, eid): r for lid, eid, r in read}
+    for ledger_id, entry_id in wanted:
+        r = responses.get((ledger_id, entry_id))
+        assert r is not None, (ledger_id, entry_id, "never read")
+        assert r.status == pb.EOK, (ledger_id, entry_id, pb.StatusCode.Name(r.status))
+        got = DigestManager(ledger_id, b"").verify(r.readResponse.body, expected_entry_id=entry_id)
+        assert got.payload == payload(ledger_id, entry_id)
+
+
+async def check_all_readable(port: int, acked: dict[int, int]) -> None:
+    wanted = [(lid, eid) for lid, last in acked.items() for eid in range(last + 1)]
+    assert_acked_read_back(await read_each(port, wanted), acked)
 
 
 STORAGE_SETTINGS = {

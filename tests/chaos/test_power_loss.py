@@ -22,14 +22,13 @@ import pytest
 import trio
 
 from bookiesim.chaos.lazyfs.mount import LazyMount, lazy_mount
-from bookiesim.client.bookie_connection import connect
 from bookiesim.client.digest import DigestManager, DigestMismatchError
 from bookiesim.cluster.processes import bookie_process, pid_alive
-from bookiesim.cluster.testing import BookieTestClient
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.bookie.test_durability import (
     STORAGE_SETTINGS,
-    check_all_readable,
+    assert_acked_read_back,
+    read_each,
     write_until_killed,
 )
 from tests.missing import need_fuse
@@ -77,23 +76,17 @@ async def kill_during_a_held_fsync(
     reports.append(await fs.crash(amount, only))
 
 
-async def served_with_bad_digest(port: int, acked: dict[int, int]) -> list[str]:
-    """Each entry, acknowledged or up to 3 past the last acknowledged, that the bookie
-    serves with a digest that fails."""
+def served_with_bad_digest(read: list[tuple[int, int, pb.Response]]) -> list[str]:
+    """Each entry of ``read`` (from :func:`read_each`) that the bookie served with a digest
+    that fails."""
     bad = []
-    async with connect("127.0.0.1", port) as conn:
-        client = BookieTestClient(conn)
-        for ledger_id, last in acked.items():
-            for entry_id in range(last + 4):
-                r = await client.read(ledger_id, entry_id)
-                if r.status != pb.EOK:
-                    continue
-                try:
-                    DigestManager(ledger_id, b"").verify(
-                        r.readResponse.body, expected_entry_id=entry_id
-                    )
-                except DigestMismatchError as exc:
-                    bad.append(str(exc))
+    for ledger_id, entry_id, r in read:
+        if r.status != pb.EOK:
+            continue
+        try:
+            DigestManager(ledger_id, b"").verify(r.readResponse.body, expected_entry_id=entry_id)
+        except DigestMismatchError as exc:
+            bad.append(str(exc))
     return bad
 
 
@@ -132,10 +125,14 @@ async def power_losses(
                 bookie.proc.wait()
         assert acked, "nothing was acknowledged: the test would prove nothing"
         with bookie_process(logs, *settings) as bookie:
-            bad = await served_with_bad_digest(bookie.bookie_port, acked)
+            # Each entry acknowledged or up to 3 past the last acknowledged, read once for
+            # both checks.
+            wanted = [(lid, eid) for lid, last in acked.items() for eid in range(last + 4)]
+            read = await read_each(bookie.bookie_port, wanted)
+            bad = served_with_bad_digest(read)
             if bad:
                 raise TornRecordServed(f"{len(bad)} entries, first: {bad[0]}")
-            await check_all_readable(bookie.bookie_port, acked)
+            assert_acked_read_back(read, acked)
             assert bookie.stop() == 0, "a clean stop must exit 0"
     return reports
 
