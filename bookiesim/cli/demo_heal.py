@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["HEAL_TIMEOUT", "Healing", "heal_act"]
 
 HEAL_TIMEOUT = 60.0
-"""Seconds from the kill to no ledger naming the dead bookie (its session expires in 10)."""
+"""Seconds from the kill to no ledger naming the dead bookie (its session expires in 4)."""
 POLL = 0.05
 
 
