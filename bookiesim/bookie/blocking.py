@@ -9,11 +9,11 @@ bookie shows. Inline calls keep a virtual-time run deterministic.
 
 from __future__ import annotations
 
+import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 import trio
-import trio.testing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +28,10 @@ first sleeps this many (virtual) seconds, a slow disk. Unset everywhere else."""
 
 
 def in_virtual_time() -> bool:
-    return isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock)
+    # trio.testing is looked up, not imported: it imports pytest (a tenth of a bookie
+    # process's start), and no clock can be a MockClock before something imported it.
+    testing = sys.modules.get("trio.testing")
+    return testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
 
 
 async def run_blocking(fn: Callable[[*Ts], T], *args: *Ts) -> T:
