@@ -19,7 +19,6 @@ from bookiesim.bookie.config import BookieConfig, ConfigError
 from bookiesim.bookie.listen import ListenError
 from bookiesim.bookie.process import main_sync
 from bookiesim.bookie.tls_connection import server_security
-from bookiesim.cli.client_actions import expected_error
 from bookiesim.metadata.errors import StoreUnavailableError
 from bookiesim.proto.tls import TLSConfigError
 
@@ -124,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         return main_sync(cfg, companions)
     except BaseException as exc:
+        # Imported here, on the way out: the client commands' helpers load the cluster's
+        # certificate tooling (cryptography), a tenth of a bookie process's start.
+        from bookiesim.cli.client_actions import expected_error
+
         # A taken port or an unreachable store is the machine's state, not a bug: one line
         # naming the port and key, or the URI, instead of trio's nested traceback.
         error = expected_error(exc, (ListenError, StoreUnavailableError))

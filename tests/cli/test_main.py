@@ -32,7 +32,7 @@ def test_a_bookie_process_loads_no_other_commands_modules() -> None:
         "import sys; from bookiesim.cli.main import build_parser; build_parser('bookie'); "
         "print(' '.join(sorted(m for m in sys.modules if m.startswith("
         "('bookiesim.sim', 'bookiesim.chaos', 'bookiesim.bench', 'bookiesim.pipeline', "
-        "'pyspark', 'pytest', 'trio.testing')))))"
+        "'pyspark', 'pytest', 'trio.testing', 'cryptography')))))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
