@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+import bookiesim
+from bookiesim import native
 from bookiesim.cli import (
     autorecovery_command,
     bench_command,
@@ -50,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bookiesim",
         description="A BookKeeper-compatible bookie, client and local cluster for experiments.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"bookiesim {bookiesim.__version__}, {native.build_in_use()}",
+        help="the version, and whether the hot path runs compiled (bookiesim.native)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:

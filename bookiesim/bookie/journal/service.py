@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
+from bookiesim.bookie.journal.errors import JournalFailedError
 
 if TYPE_CHECKING:
     from bookiesim.bookie.journal.files import JournalWriter
@@ -49,10 +50,6 @@ log = logging.getLogger(__name__)
 
 Completion = Callable[[BaseException | None], None]
 SyncObserver = Callable[[float, int, int], None]
-
-
-class JournalFailedError(OSError):
-    """The journal could not write or sync; nothing more is acknowledged."""
 
 
 @dataclass
