@@ -44,13 +44,17 @@ COMPILED_MODULES: Final = (
     "bookiesim.proto.transport",
     "bookiesim.entrylog.format",
     "bookiesim.entrylog.writer",
+    "bookiesim.entrylog.managers",
+    "bookiesim.entrylog.logger",
     "bookiesim.bookie.memtable",
     "bookiesim.bookie.journal.records",
+    "bookiesim.bookie.journal.files",
     "bookiesim.bookie.journal.service",
     "bookiesim.bookie.ledger_storage",
     "bookiesim.bookie.sorted_storage",
     "bookiesim.bookie.handles",
     "bookiesim.bookie.handlers",
+    "bookiesim.bookie.bookie",
     "bookiesim.bookie.server",
 )
 """The synchronous add path (framing, the v3/v2 codecs, varints and entry headers, the
