@@ -423,3 +423,37 @@ def test_delete_old_journals_keeps_backups(tmp_path: Path) -> None:
     assert delete_old_journals(tmp_path, LogMark(109, 0), keep=1) == [103, 104, 105, 106, 107]
     assert list_journal_ids(tmp_path) == [108, 109]
     assert delete_old_journals(tmp_path, LogMark(0, 0), keep=0) == []
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 3000)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_taken_group_written_while_the_next_one_fills_keeps_every_record_in_order(
+    rounds: list[tuple[int, int, int]],
+) -> None:
+    """The group commit's split (bookie/journal/service.py): ``take()`` on the owner's thread,
+    records appended while ``write_taken()`` of the taken group runs elsewhere, then the next
+    take. The file holds every record once, in append order, as flushes one by one would."""
+    with tempfile.TemporaryDirectory() as d:
+        w = writer(d, prealloc_size=4096)
+        appended: list[DataRecord] = []
+        taken = None
+        for before, during, size in rounds:
+            for _ in range(before):
+                appended.append(data(1, len(appended), b"p" * size))
+                w.append_entry(appended[-1].body)
+            taken = w.take()
+            for _ in range(during):  # the owner goes on while the group is written
+                appended.append(data(1, len(appended), b"q" * (size // 2)))
+                w.append_entry(appended[-1].body)
+            if taken is not None:
+                end = w.write_taken(taken)
+                assert end % ALIGNMENT == 0
+                assert w.fsync() == LogMark(w.file_id, end)
+        w.flush()
+        assert [r for _, r in scan(w.path)] == appended
+        w.close()
