@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
+from bookiesim.bookie.errors import StorageFailedError
 from bookiesim.bookie.journal.files import delete_old_journals
 from bookiesim.bookie.journal.log_mark import LogMark, write_last_mark
-from bookiesim.bookie.ledger_storage import LedgerStorage, StorageFailedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bookiesim.bookie.config import BookieConfig
     from bookiesim.bookie.journal.service import JournalService
+    from bookiesim.bookie.ledger_storage import LedgerStorage
     from bookiesim.bookie.metrics import BookieMetrics
 
 __all__ = ["SyncThread"]

@@ -49,3 +49,8 @@ class BookieIOError(BookieError):
 
 class ReadOnlyError(BookieError):
     status = pb.EREADONLY
+
+
+class StorageFailedError(OSError):
+    """An fsync of entry logs or index files failed: this storage takes no more adds and
+    completes no more checkpoints until the process restarts (see the module docstring)."""

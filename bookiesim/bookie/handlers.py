@@ -21,7 +21,7 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from bookiesim.bookie.errors import BadRequestError, BookieError, UnauthorizedError
 from bookiesim.bookie.ledger_storage import entry_header
@@ -113,7 +113,7 @@ class RequestProcessor:
             self._finish(request, response_for(request, pb.EBADVERSION), started, respond)
             return
         op = request.header.operation
-        handler = self._sync_handlers.get(op)
+        handler = _SYNC_HANDLERS.get(op)
         try:
             if handler is None:
                 # Upstream's default branch: a bare response with EBADREQ.
@@ -507,19 +507,22 @@ class RequestProcessor:
             request.version,
         )
 
-    _sync_handlers: ClassVar[
-        dict[int, Callable[[RequestProcessor, pb.Request, float, Respond], pb.Response | None]]
-    ] = {
-        pb.ADD_ENTRY: _add,
-        pb.READ_ENTRY: _read,
-        pb.WRITE_LAC: _write_lac,
-        pb.READ_LAC: _read_lac,
-        pb.FORCE_LEDGER: _force_ledger,
-        pb.GET_BOOKIE_INFO: _bookie_info,
-        pb.GET_LIST_OF_ENTRIES_OF_LEDGER: _list_entries,
-        pb.AUTH: _auth,
-        pb.WRITE_CLOSE: _write_close,
-    }
+
+_SYNC_HANDLERS: dict[
+    int, Callable[[RequestProcessor, pb.Request, float, Respond], pb.Response | None]
+] = {
+    pb.ADD_ENTRY: RequestProcessor._add,
+    pb.READ_ENTRY: RequestProcessor._read,
+    pb.WRITE_LAC: RequestProcessor._write_lac,
+    pb.READ_LAC: RequestProcessor._read_lac,
+    pb.FORCE_LEDGER: RequestProcessor._force_ledger,
+    pb.GET_BOOKIE_INFO: RequestProcessor._bookie_info,
+    pb.GET_LIST_OF_ENTRIES_OF_LEDGER: RequestProcessor._list_entries,
+    pb.AUTH: RequestProcessor._auth,
+    pb.WRITE_CLOSE: RequestProcessor._write_close,
+}
+"""The operations that do not wait, by operation type (outside the class: a compiled class
+body holds no table of its own methods)."""
 
 
 def _disk_error(operation: str, exc: BaseException) -> None:

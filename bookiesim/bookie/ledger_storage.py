@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, NamedTuple, Self
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
-from bookiesim.bookie.errors import BadRequestError, NoEntryError, NoLedgerError
+from bookiesim.bookie.errors import (
+    BadRequestError,
+    NoEntryError,
+    NoLedgerError,
+    StorageFailedError,
+)
 from bookiesim.bookie.index_file import WRITE_STEP_LOCATIONS, IndexFile
 from bookiesim.bookie.ledger_index import LedgerIndex
 from bookiesim.entrylog import writeback
@@ -40,11 +45,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from bookiesim.bookie.config import BookieConfig
-
-
-class StorageFailedError(OSError):
-    """An fsync of entry logs or index files failed: this storage takes no more adds and
-    completes no more checkpoints until the process restarts (see the module docstring)."""
 
 
 class _FailureLatch:

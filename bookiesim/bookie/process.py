@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from bookiesim import __version__
+from bookiesim import __version__, native
 from bookiesim.bookie import exit_codes
 from bookiesim.bookie.bookie import Bookie
 from bookiesim.bookie.cookie_check import CookieError, check_cookies, cookie_port
@@ -446,6 +446,7 @@ def within_descriptor_limit(cfg: BookieConfig) -> BookieConfig:
     for line in budget.warnings():
         log.warning("%s", line)
     log.info("%s", budget.describe(limit.before if limit.before != limit.soft else None))
+    log.info("running %s", native.build_in_use())
     return budget.apply(cfg)
 
 

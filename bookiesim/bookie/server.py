@@ -25,12 +25,13 @@ loops pay one ``is None`` test per frame.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.bookie.connection_security import Verdict
 from bookiesim.bookie.listen import open_listeners
+from bookiesim.bookie.processor import Processor, V2Processor
 from bookiesim.bookie.tls_connection import SecuredConnection, ServerSecurity, SwitchableStream
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
@@ -43,8 +44,6 @@ from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_request
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from bookiesim.bookie.handlers import Respond
 
 log = logging.getLogger(__name__)
@@ -55,39 +54,6 @@ work. A connection's frames are handled without yielding, so after a stall a 256
 (the size before) kept the journal's commit and the response writer waiting for ~230 adds,
 4-5 ms; at half the peak rate this cut the p99 with no disk in the way from 20-28 ms to
 13-14 ms (BENCHMARKS.md, session 11), and left the peak where it was."""
-
-
-class Processor(Protocol):
-    """What the server hands parsed requests to: the bookie's
-    :class:`~bookiesim.bookie.handlers.RequestProcessor`, or a benchmark's stand-in."""
-
-    def throttle(self) -> Callable[[], Awaitable[None]] | None:
-        """None while a connection may read on; else what it awaits before reading more."""
-        ...
-
-    def needs_task(self, request: pb.Request) -> bool:
-        """Whether the request may wait (it then gets a task of its own)."""
-        ...
-
-    def process(self, request: pb.Request, respond: Respond) -> None:
-        """Handle a request that does not wait; ``respond`` may be called later."""
-        ...
-
-    async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
-        """Handle a request for which :meth:`needs_task` said yes."""
-        ...
-
-
-@runtime_checkable
-class V2Processor(Protocol):
-    """A :class:`Processor` that serves v2 too (the bookie's does; a benchmark's stand-in
-    may not, and then a v2 frame closes the connection as any bad frame does)."""
-
-    def needs_task_v2(self, request: v2.V2Request) -> bool: ...
-
-    def process_v2(self, request: v2.V2Request, respond: Respond) -> None: ...
-
-    async def process_waiting_v2(self, request: v2.V2Request, respond: Respond) -> None: ...
 
 
 async def _write_responses(outgoing: FramedWriter, stream: trio.abc.Stream) -> None:

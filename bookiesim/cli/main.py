@@ -18,6 +18,9 @@ import importlib
 import sys
 from typing import TYPE_CHECKING
 
+import bookiesim
+from bookiesim import native
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -58,6 +61,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bookiesim",
         description="A BookKeeper-compatible bookie, client and local cluster for experiments.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"bookiesim {bookiesim.__version__}, {native.build_in_use()}",
+        help="the version, and whether the hot path runs compiled (bookiesim.native)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():

@@ -32,6 +32,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bookiesim.entrylog.errors import EntryLogFormatError
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
@@ -106,40 +108,6 @@ _MAP_BATCH_BODY_HEAD = struct.Struct(">qqi")  # the same without the size field
 _ONE_LEDGER_MAP = struct.Struct(">iqqiqq")  # a batch of one ledger
 _HEADER_PADDING = bytes(HEADER_SIZE - _HEADER_FIELDS.size)
 _LOG_FILE_NAME = re.compile(r"([0-9a-fA-F]+)\.log")
-
-
-class EntryLogFormatError(ValueError):
-    """Bytes that are not a valid entry log (or not what the caller expected at a location).
-
-    ``offset`` is the file offset of the offending field; ``path`` is filled in by code that
-    knows the file, so a command line tool can print ``FILE: offset N: what is wrong``.
-    """
-
-    def __init__(self, reason: str, *, offset: int, path: str | None = None) -> None:
-        self.reason = reason
-        self.offset = offset
-        self.path = path
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = f"offset {self.offset}: {self.reason}"
-        return f"{self.path}: {where}" if self.path is not None else where
-
-    def with_path(self, path: str) -> EntryLogFormatError:
-        """The same error, naming ``path`` (for errors raised by code that saw only bytes)."""
-        return _restore_error(type(self), {**self.__dict__, "path": path})
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Subclasses take keyword-only arguments, which BaseException's pickling cannot
-        # replay; the pipeline ships these errors between processes.
-        return _restore_error, (type(self), dict(self.__dict__))
-
-
-def _restore_error(cls: type[EntryLogFormatError], state: dict[str, object]) -> EntryLogFormatError:
-    err = cls.__new__(cls)
-    err.__dict__.update(state)
-    err.args = (str(err),)
-    return err
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING
 
+from bookiesim.entrylog.errors import EntryLogFullError
 from bookiesim.entrylog.format import (
     HEADER_SIZE,
     LEDGERS_MAP_OFFSET_POSITION,
@@ -43,6 +44,8 @@ from bookiesim.entrylog.writeback import start_writeback
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from bookiesim.proto.frames import Buffer
 
 __all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter"]
 
@@ -58,11 +61,7 @@ _NEW_HEADER = LogHeader()
 _NEW_HEADER_BYTES = _NEW_HEADER.encode()
 
 
-class EntryLogFullError(Exception):
-    """The entry would push the log past ``MAX_LOG_SIZE``; the caller must roll the log."""
-
-
-def _run_sizes(ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+def _run_sizes(ledger_id: int, bodies: Sequence[Buffer]) -> list[int]:
     """The sizes of a run of ``ledger_id``'s entry bodies, once the run is checked as
     :meth:`EntryLogWriter.append` checks one body: ``ValueError`` for a negative ledger id,
     a body shorter than 16 bytes, or one whose first 8 bytes name another ledger (a log of
@@ -82,7 +81,8 @@ def _run_sizes(ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
         n = min(sizes)
         raise ValueError(f"entry of {n} bytes is shorter than {MIN_SANE_ENTRY_SIZE}")
     try:
-        same_ledger = all(map(bytes.startswith, bodies, repeat(prefix)))
+        # bytes.startswith refuses other buffers: the fallback below takes them.
+        same_ledger = all(map(bytes.startswith, bodies, repeat(prefix)))  # type: ignore[arg-type]
     except TypeError:  # a bytearray or memoryview body, which append() takes too
         same_ledger = all(bytes(b[:8]) == prefix for b in bodies)
     if not same_ledger:
@@ -284,7 +284,7 @@ class EntryLogWriter:
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, body: bytes) -> int:
+    def append(self, body: Buffer) -> int:
         """Append one entry; return its location ``(log_id << 32) | pos``.
 
         ``body`` is the entry as the client packaged it: its first 8 bytes are the ledger id,
@@ -325,7 +325,7 @@ class EntryLogWriter:
             self.fsync()
         return (self._log_id << 32) | pos
 
-    def append_run(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+    def append_run(self, ledger_id: int, bodies: Sequence[Buffer]) -> list[int]:
         """Append ``ledger_id``'s entries in order; return their locations.
 
         The same bytes, locations and errors as :meth:`append` of each body in turn (bodies
@@ -353,7 +353,7 @@ class EntryLogWriter:
             )
         ledgers = self._ledgers
         ledgers[ledger_id] = ledgers.get(ledger_id, 0) + end - start
-        records: list[bytes] = [b""] * (2 * len(sizes))
+        records: list[Buffer] = [b""] * (2 * len(sizes))
         records[::2] = map(_SIZE, sizes)
         records[1::2] = bodies
         try:
@@ -372,7 +372,7 @@ class EntryLogWriter:
     # misaligned write. After a partial flush the next buffer is cut short so that full
     # writes end on a page boundary again.
 
-    def _copy_in(self, data: bytes) -> None:
+    def _copy_in(self, data: Buffer) -> None:
         """Copy ``data`` into the buffer, writing the buffer out each time it fills."""
         buf = self._buf
         with memoryview(data) as view:

@@ -31,6 +31,8 @@ import enum
 import struct
 from typing import Final, Literal, NoReturn
 
+from bookiesim.proto.errors import FrameError
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "NEED_DATA",
@@ -50,10 +52,6 @@ _pack_length = struct.Struct(">I").pack
 _unpack_length_from = _LENGTH.unpack_from
 
 Buffer = bytes | bytearray | memoryview
-
-
-class FrameError(ValueError):
-    """The byte stream or a frame in it is not valid; the connection should be closed."""
 
 
 class NeedData(enum.Enum):

@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError
 
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.entry_header import ENTRY_ID_OFFSET
-from bookiesim.proto.frames import FrameError
+from bookiesim.proto.errors import V2FrameError
 
 __all__ = [
     "CURRENT_PROTOCOL_VERSION",
@@ -140,10 +140,6 @@ def to_v3_status(error_code: int) -> pb.StatusCode.ValueType:
         return _V2_TO_V3[error_code]
     except KeyError:
         raise V2FrameError(f"v2 response carries unknown error code {error_code}") from None
-
-
-class V2FrameError(FrameError):
-    """A frame that is not a valid v2 packet; the connection should be closed."""
 
 
 # -- header ----------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
+from bookiesim.bookie.errors import StorageFailedError
 from bookiesim.bookie.journal import read_last_mark
-from bookiesim.bookie.ledger_storage import StorageFailedError
 from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager

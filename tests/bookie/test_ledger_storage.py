@@ -33,8 +33,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from bookiesim.bookie.errors import StorageFailedError
 from bookiesim.bookie.index_file import WRITE_STEP_LOCATIONS, IndexFile
-from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint, StorageFailedError
+from bookiesim.bookie.ledger_storage import LedgerStorage, StorageCheckpoint
 from bookiesim.entrylog import writeback
 from bookiesim.entrylog.writeback import SYNCFS_MIN_FILES
 from bookiesim.sim.disk import SimDisk

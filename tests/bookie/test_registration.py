@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from bookiesim.bookie.ledger_storage import StorageFailedError
+from bookiesim.bookie.errors import StorageFailedError
 from bookiesim.cluster.testing import bookie_client, bookie_config, running_bookie
 from bookiesim.metadata import open_store
 from bookiesim.metadata.cluster import INSTANCEID, LAYOUT

@@ -31,6 +31,8 @@ from .entries import make_entry, scratch_dir, seeded_entry, upstream_entry
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from bookiesim.proto.frames import Buffer
+
 
 def test_new_log_is_empty_on_disk_until_flushed(tmp_path: Path) -> None:
     # §2.7: the header goes into the write buffer; nothing reaches the disk before a flush.
@@ -440,10 +442,10 @@ def test_append_run_rejects_bad_runs_and_writes_nothing(tmp_path: Path) -> None:
 
 def test_append_run_takes_any_buffer_as_append_does(tmp_path: Path) -> None:
     with EntryLogWriter(tmp_path, 0) as w:
-        bodies = [bytearray(upstream_entry(1, 0)), memoryview(upstream_entry(1, 1))]
-        assert w.append_run(1, bodies) == [1028, 1058]  # type: ignore[arg-type]
+        bodies: list[Buffer] = [bytearray(upstream_entry(1, 0)), memoryview(upstream_entry(1, 1))]
+        assert w.append_run(1, bodies) == [1028, 1058]
         with pytest.raises(ValueError, match="entry of ledger 2 in a run of ledger 1"):
-            w.append_run(1, [bytearray(upstream_entry(2, 0))])  # type: ignore[list-item]
+            w.append_run(1, [bytearray(upstream_entry(2, 0))])
         assert read_entry(w, 1, 1, 1058) == upstream_entry(1, 1)
 
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
+from bookiesim.bookie.errors import StorageFailedError
 from bookiesim.bookie.gc_storage import BookieGcStorage
-from bookiesim.bookie.ledger_storage import LedgerStorage, StorageFailedError
 from bookiesim.entrylog.format import log_file_name
 from bookiesim.entrylog.logger import RotationReason
 from bookiesim.gc.policy import CompactionKind, CompactionSettings
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
+    from bookiesim.bookie.ledger_storage import LedgerStorage
     from bookiesim.gc.collector import GarbageCollector
     from bookiesim.gc.interfaces import Move
 

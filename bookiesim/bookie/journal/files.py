@@ -72,6 +72,7 @@ __all__ = [
     "JournalWriter",
     "MissingJournalError",
     "ReplayedRecord",
+    "TakenGroup",
     "delete_old_journals",
     "journal_current_dir",
     "journal_file_name",
@@ -100,13 +101,29 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class TakenGroup:
+    """A group of records detached from a :class:`JournalWriter` by ``take()``: its bytes
+    as one padded write, and the buffered parts they came from (put back if a synchronous
+    ``flush()`` fails)."""
+
+    __slots__ = ("buffered", "data", "parts")
+
+    def __init__(self, data: bytes, parts: list[bytes], buffered: int) -> None:
+        self.data = data
+        self.parts = parts
+        self.buffered = buffered
+
+
 class JournalWriter:
     """Appends records to the journal of one journal directory, rolling files as they fill.
 
-    Not thread-safe, with one deliberate exception: ``fsync()`` may run in a worker thread
+    Not thread-safe, with two deliberate exceptions: ``fsync()`` may run in a worker thread
     (``trio.to_thread.run_sync``) while the owner keeps calling ``append()`` and ``flush()``,
-    because it only touches the file descriptor and a snapshot of ``flushed_position``.
-    ``roll()`` and ``close()`` must not overlap an ``fsync()``.
+    because it only touches the file descriptor and a snapshot of ``flushed_position``; and
+    so may ``write_taken()`` (with ``fsync()`` after it, :meth:`write_taken_and_sync`) of a
+    group the owner detached with ``take()``, while the owner appends the next group: the
+    detached bytes are no longer the owner's, and only one taken group is written at a time.
+    ``roll()``, ``close()`` and another ``take()`` must not overlap either.
 
     An ``OSError`` from ``flush()`` or ``fsync()`` (disk full, I/O error) leaves the file in
     an unknown state: like upstream, whose journal thread dies on it, the owner must stop
@@ -215,27 +232,57 @@ class JournalWriter:
         """Pad to the sector boundary and hand the buffer to the OS in one write.
 
         Returns the new ``flushed_position``. A no-op when nothing is buffered (the file is
-        then already aligned: the header and every earlier flush end on a boundary).
+        then already aligned: the header and every earlier flush end on a boundary). A write
+        that fails leaves what was buffered buffered, so a retry writes the same bytes.
         """
+        taken = self.take()
+        if taken is None:
+            return self.flushed_position
+        try:
+            return self.write_taken(taken)
+        except OSError:
+            self._parts[:0] = taken.parts
+            self._buffered += taken.buffered
+            raise
+
+    def take(self) -> TakenGroup | None:
+        """Detach what is buffered as one padded write (None when nothing is): the owner's
+        half of a flush, done on its thread; :meth:`write_taken` is the other half, on any
+        thread, and must come before the next ``take()``."""
         if self._fd < 0:
             raise ValueError("journal writer is closed")
         parts = self._parts
         if not parts:
-            return self.flushed_position
-        parts.append(padding(self.flushed_position + self._buffered, self.alignment))
-        buf = b"".join(parts)
-        parts.pop()  # the padding: a failed write below leaves the parts as they were
-        end = self.flushed_position + len(buf)
+            return None
+        buffered = self._buffered
+        parts.append(padding(self.flushed_position + buffered, self.alignment))
+        data = b"".join(parts)
+        parts.pop()
+        self._parts = []
+        self._buffered = 0
+        return TakenGroup(data, parts, buffered)
+
+    def write_taken(self, taken: TakenGroup) -> int:
+        """Write a group :meth:`take` detached at ``flushed_position`` (growing the file's
+        preallocation first when it would pass it); returns the new ``flushed_position``."""
+        if self._fd < 0:
+            raise ValueError("journal writer is closed")
+        data = taken.data
+        end = self.flushed_position + len(data)
         if end > self._prealloc_end:
             chunks = -(-(end - self._prealloc_end) // self.prealloc_size)
             self._extend(self._prealloc_end + chunks * self.prealloc_size)
-        _pwrite_all(self._fd, buf, self.flushed_position)
+        _pwrite_all(self._fd, data, self.flushed_position)
         # Publish the new position only after the bytes are in the OS, so that a concurrent
         # fsync() never claims more than it can make durable.
         self.flushed_position = end
-        parts.clear()
-        self._buffered = 0
         return end
+
+    def write_taken_and_sync(self, taken: TakenGroup) -> LogMark:
+        """:meth:`write_taken`, then :meth:`fsync`: a group commit's disk work in one call,
+        for one hop to a worker thread."""
+        self.write_taken(taken)
+        return self.fsync()
 
     def fsync(self) -> LogMark:
         """Make everything flushed so far durable (fdatasync); return that position.

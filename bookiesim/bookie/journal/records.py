@@ -44,6 +44,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final, NoReturn, TypeAlias
 
+from bookiesim.bookie.journal.errors import JournalFormatError
 from bookiesim.proto.entry_header import IDS
 
 __all__ = [
@@ -112,25 +113,6 @@ _LONG: Final = struct.Struct(">q")
 _META_LEN: Final = struct.Struct(">qqi")  # ledgerId, entryId, int length (key or LAC blob)
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
-
-
-class JournalFormatError(ValueError):
-    """Bytes that no writer produces: the bookie must not start on them.
-
-    ``offset`` is the file offset of the offending field; ``path`` names the file when the
-    error was raised while reading one.
-    """
-
-    def __init__(self, message: str, offset: int, path: str | None = None) -> None:
-        self.message = message
-        self.offset = offset
-        self.path = path
-        where = f"{path}: " if path is not None else ""
-        super().__init__(f"{where}{message} (at file offset {offset})")
-
-    def with_path(self, path: str) -> JournalFormatError:
-        """The same error, naming the file it came from."""
-        return JournalFormatError(self.message, self.offset, path)
 
 
 def _check_long(name: str, value: int) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bookie.blocking import run_blocking
+from bookiesim.bookie.journal.errors import JournalFailedError
 
 if TYPE_CHECKING:
     from bookiesim.bookie.journal.files import JournalWriter
@@ -49,10 +50,6 @@ log = logging.getLogger(__name__)
 
 Completion = Callable[[BaseException | None], None]
 SyncObserver = Callable[[float, int, int], None]
-
-
-class JournalFailedError(OSError):
-    """The journal could not write or sync; nothing more is acknowledged."""
 
 
 @dataclass
@@ -209,23 +206,35 @@ class JournalService:
             return
         self._group = None
         writer = self._writer
-        try:
-            writer.flush()
-        except OSError as exc:
-            self._fail(group, exc)
-            return
-        for done in group.before_sync:
-            done(None)
         now = trio.current_time()
         need_sync = (
             bool(group.after_sync)
             or self._policy.sync_data
             or now - self._last_sync_at >= self._policy.page_cache_flush_interval
         )
+        # With a sync to do and nobody to answer between the write and the sync, both go to
+        # the worker thread in one hop: the group's write (a copy into the page cache, ~10% of
+        # the add path's thread at the peak) then overlaps the next group's adds, as upstream's
+        # journal thread does. The records logged meanwhile wait in the writer's next group.
+        write_in_thread = need_sync and not group.before_sync
+        taken = None
+        try:
+            if write_in_thread:
+                taken = writer.take()
+            else:
+                writer.flush()
+        except OSError as exc:
+            self._fail(group, exc)
+            return
+        for done in group.before_sync:
+            done(None)
         if need_sync:
             started = trio.current_time()
             try:
-                await run_blocking(writer.fsync)
+                if taken is not None:
+                    await run_blocking(writer.write_taken_and_sync, taken)
+                else:
+                    await run_blocking(writer.fsync)
             except OSError as exc:
                 self._fail(group, exc, include_before_sync=False)
                 return
