@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml
 NATIVE := $(shell sed -n 's/^    "\(bookiesim\.[a-z0-9_.]*\)",$$/\1/p' bookiesim/native/__init__.py \
 	| tr . / | sed 's/$$/.py/')
 NATIVE_STAMP := $(VENV)/.native
+# Not stamped where it cannot compile: the next make says so again, and compiles once it can.
 $(NATIVE_STAMP): $(STAMP) $(NATIVE) bookiesim/native/__init__.py bookiesim/native/build.py
-	$(BIN)/python -m bookiesim.native.build || [ $$? -eq 3 ]
-	touch $(NATIVE_STAMP)
+	$(BIN)/python -m bookiesim.native.build && touch $(NATIVE_STAMP) || [ $$? -eq 3 ]
 
 native: $(STAMP)
 	$(BIN)/python -m bookiesim.native.build
