@@ -74,7 +74,7 @@ from bookiesim.entrylog.managers import (
 from bookiesim.entrylog.metadata import EntryLogMetadata, extract_metadata
 from bookiesim.entrylog.reader import EntryLogReader, find_log_file, read_entry
 from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationReason
-from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
+from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter, PendingWrite
 
 if TYPE_CHECKING:
     import os
@@ -245,13 +245,36 @@ class EntryLogger:
         """
         return self._manager.add_entry(ledger_id, body)
 
-    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+    def add_entries(
+        self, ledger_id: int, bodies: Sequence[bytes], *, defer_writes: bool = False
+    ) -> list[int]:
         """:meth:`add_entry` of each body in turn (the same rolls, evictions and write-error
         rotation), in one pass per log rather than a call per entry: the sorted storage's
         flush writes each ledger's entries as one run. Returns their locations in order.
         ``ValueError`` for a body too short or of another ledger; the run is then written up
-        to the stretch (the part that went to one log) that holds it."""
-        return self._manager.add_entries(ledger_id, bodies)
+        to the stretch (the part that went to one log) that holds it.
+
+        ``defer_writes``: the buffers the run fills are not written here but kept for
+        :meth:`take_pending_write`, which the caller must call before its next await (the
+        entries are readable meanwhile, and a flush or checkpoint writes them in any case).
+        """
+        return self._manager.add_entries(ledger_id, bodies, defer_writes=defer_writes)
+
+    def take_pending_write(self, ledger_id: int) -> PendingWrite | None:
+        """The deferred writes of the ledger's current log (None if none), for
+        :meth:`PendingWrite.write` in a worker thread, then :meth:`finish_pending_write`."""
+        writer = self._manager.current_log(ledger_id)
+        return None if writer is None else writer.take_pending()
+
+    def finish_pending_write(self, pending: PendingWrite) -> None:
+        """Owner thread, after ``pending.write()``. If it failed, the log is rotated as an
+        add's write error rotates it (BP-32) and the ``OSError`` propagates; what it did not
+        write stays readable, and the checkpoint writes it or fails (keeping the journal)."""
+        try:
+            pending.writer.finish_pending(pending)
+        except OSError:
+            self._manager.rotate_failed_writer(pending.writer)
+            raise
 
     def read_entry(self, ledger_id: int, entry_id: int, location: int) -> bytes:
         """The body stored at ``location``, checked to be entry ``(ledger_id, entry_id)``.

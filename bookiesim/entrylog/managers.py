@@ -45,9 +45,17 @@ class EntryLogManager(Protocol):
         """Append ``body`` (whose first 8 bytes are ``ledger_id``); return its location."""
         ...
 
-    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+    def add_entries(
+        self, ledger_id: int, bodies: Sequence[bytes], *, defer_writes: bool = False
+    ) -> list[int]:
         """:meth:`add_entry` of each body in turn, with the same rotations, a stretch of the
-        run per log; their locations."""
+        run per log; their locations. ``defer_writes``: full buffers wait for the caller to
+        take them (:meth:`EntryLogWriter.take_pending`) from the ledger's current log."""
+        ...
+
+    def rotate_failed_writer(self, writer: EntryLogWriter) -> bool:
+        """A deferred write of ``writer`` failed: rotate it as an add's write error would
+        have (BP-32), if it is still active; True if it was."""
         ...
 
     def create_new_log(self, ledger_id: int) -> EntryLogWriter:
@@ -124,6 +132,7 @@ def _write_run(
     policy: RotationPolicy,
     new_log: Callable[[], EntryLogWriter],
     write_failed: Callable[[], None],
+    defer_writes: bool,
 ) -> list[int]:
     """Both managers' :meth:`~EntryLogManager.add_entries`: each stretch that fits
     ``writer`` (the ledger's log, None without one) goes in one
@@ -145,7 +154,7 @@ def _write_run(
             writer = new_log()
             stop = max(start + 1, cutter.fitting(start, room(writer.position)))
         try:
-            locations += writer.append_run(ledger_id, bodies[start:stop])
+            locations += writer.append_run(ledger_id, bodies[start:stop], defer_writes=defer_writes)
         except OSError:
             write_failed()
             raise
@@ -229,7 +238,9 @@ class EntryLogManagerForEntryLogPerLedger:
             self._rotate(ledger_id, self._policy.on_write_error())
             raise
 
-    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+    def add_entries(
+        self, ledger_id: int, bodies: Sequence[bytes], *, defer_writes: bool = False
+    ) -> list[int]:
         """:meth:`add_entry` of each body in turn, a stretch per log rather than a call per
         entry (the sorted storage's flush): the same rolls, evictions and write-error
         rotation, with the clock read (and lazy expiry run) once for the run."""
@@ -257,7 +268,14 @@ class EntryLogManagerForEntryLogPerLedger:
             policy=self._policy,
             new_log=new_log,
             write_failed=write_failed,
+            defer_writes=defer_writes,
         )
+
+    def rotate_failed_writer(self, writer: EntryLogWriter) -> bool:
+        for ledger_id, slot in self._slots.items():
+            if slot.writer is writer:
+                return self._rotate(ledger_id, self._policy.on_write_error())
+        return False
 
     def _install(self, ledger_id: int, slot: _ActiveLog | None, now: float) -> _ActiveLog:
         if slot is not None:
@@ -390,7 +408,9 @@ class EntryLogManagerForSingleEntryLog:
             self._rotate_current(self._policy.on_write_error())
             raise
 
-    def add_entries(self, ledger_id: int, bodies: Sequence[bytes]) -> list[int]:
+    def add_entries(
+        self, ledger_id: int, bodies: Sequence[bytes], *, defer_writes: bool = False
+    ) -> list[int]:
         """:meth:`add_entry` of each body in turn, a stretch per log rather than a call per
         entry: the same rolls and write-error rotation."""
 
@@ -404,7 +424,14 @@ class EntryLogManagerForSingleEntryLog:
             policy=self._policy,
             new_log=self._roll,
             write_failed=write_failed,
+            defer_writes=defer_writes,
         )
+
+    def rotate_failed_writer(self, writer: EntryLogWriter) -> bool:
+        if self._current is not writer:
+            return False
+        self._rotate_current(self._policy.on_write_error())
+        return True
 
     def _roll(self) -> EntryLogWriter:
         if self._current is not None:

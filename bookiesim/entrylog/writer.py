@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from bookiesim.proto.frames import Buffer
 
-__all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter"]
+__all__ = ["DEFAULT_WRITE_BUFFER_SIZE", "EntryLogFullError", "EntryLogWriter", "PendingWrite"]
 
 DEFAULT_WRITE_BUFFER_SIZE = 65536
 """Upstream's ``writeBufferSizeBytes`` default."""
@@ -111,6 +111,7 @@ class EntryLogWriter:
     __slots__ = (
         "_align",
         "_buf",
+        "_buf_pos",
         "_capacity",
         "_closed",
         "_failed",
@@ -124,6 +125,7 @@ class EntryLogWriter:
         "_log_id",
         "_path",
         "_persisted",
+        "_pieces",
         "_sealed",
         "_unpersisted_bound",
         "_writeback_bytes",
@@ -194,7 +196,11 @@ class EntryLogWriter:
         self._buf = buffer
         self._fill = 0  # bytes of _buf in use
         self._limit = write_buffer_size  # the buffer is written out when _fill reaches this
-        self._file_pos = 0  # bytes handed to the OS
+        self._file_pos = 0  # bytes handed to the OS (a prefix of the log)
+        self._pieces: list[tuple[int, Buffer]] = []
+        """Deferred writes: (offset, bytes) of full buffers not yet known to be in the file,
+        contiguous from ``_file_pos``; readable here until written (:class:`PendingWrite`)."""
+        self._buf_pos = 0  # the log offset of the buffer's first byte
         self._persisted = 0  # position known to be durable (fsynced)
         self._ledgers: dict[int, int] = {}
         if write_buffer_size > HEADER_SIZE:
@@ -228,11 +234,11 @@ class EntryLogWriter:
     @property
     def position(self) -> int:
         """Logical end of the log: bytes handed to the OS plus bytes still buffered."""
-        return self._file_pos + self._fill
+        return self._buf_pos + self._fill
 
     def size(self) -> int:
         """Same as :attr:`position` (the log-source protocol of the reader and scanner)."""
-        return self._file_pos + self._fill
+        return self._buf_pos + self._fill
 
     @property
     def os_position(self) -> int:
@@ -242,12 +248,12 @@ class EntryLogWriter:
     @property
     def unpersisted_bytes(self) -> int:
         """Bytes appended (header and ledgers map included) since the last fsync."""
-        return self._file_pos + self._fill - self._persisted
+        return self._buf_pos + self._fill - self._persisted
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes not yet handed to the OS."""
-        return self._fill
+        """Bytes not yet handed to the OS (deferred writes and the buffer)."""
+        return self._buf_pos - self._file_pos + self._fill
 
     @property
     def ledger_sizes(self) -> Mapping[int, int]:
@@ -301,7 +307,7 @@ class EntryLogWriter:
         if ledger_id < 0:
             raise ValueError(f"entry has negative ledger id {ledger_id}")
         fill = self._fill
-        pos = self._file_pos + fill + 4
+        pos = self._buf_pos + fill + 4
         if pos + n > MAX_LOG_SIZE:
             raise EntryLogFullError(
                 f"{self._fspath}: entry of {n} bytes at {pos} would pass {MAX_LOG_SIZE} bytes"
@@ -325,7 +331,9 @@ class EntryLogWriter:
             self.fsync()
         return (self._log_id << 32) | pos
 
-    def append_run(self, ledger_id: int, bodies: Sequence[Buffer]) -> list[int]:
+    def append_run(
+        self, ledger_id: int, bodies: Sequence[Buffer], *, defer_writes: bool = False
+    ) -> list[int]:
         """Append ``ledger_id``'s entries in order; return their locations.
 
         The same bytes, locations and errors as :meth:`append` of each body in turn (bodies
@@ -335,13 +343,18 @@ class EntryLogWriter:
         ``EntryLogFullError`` if the run's end would pass ``MAX_LOG_SIZE`` (where
         :meth:`append` would have written the entries before the one that passes). With
         ``unpersisted_bytes_bound`` the fsync comes once, after the run.
+
+        ``defer_writes``: each buffer this run fills is kept as a deferred write instead of
+        being written here; :meth:`take_pending` hands them to a :class:`PendingWrite`,
+        which writes them from another thread. Until then they are read from memory, and
+        any :meth:`flush` writes them first.
         """
         if self._sealed or self._closed or self._failed:
             raise ValueError(f"{self!r} does not accept entries")
         sizes = _run_sizes(ledger_id, bodies)
         if not sizes:
             return []
-        start = self._file_pos + self._fill
+        start = self._buf_pos + self._fill
         base = self._log_id << 32
         # Each body starts 4 bytes (its size) into its record; the last value is the end + 4.
         locations = list(accumulate([n + 4 for n in sizes], initial=base + start + 4))
@@ -357,7 +370,7 @@ class EntryLogWriter:
         records[::2] = map(_SIZE, sizes)
         records[1::2] = bodies
         try:
-            self._copy_in(b"".join(records))
+            self._copy_in(b"".join(records), defer_writes)
         except OSError as e:
             self._failed = e
             raise
@@ -372,8 +385,9 @@ class EntryLogWriter:
     # misaligned write. After a partial flush the next buffer is cut short so that full
     # writes end on a page boundary again.
 
-    def _copy_in(self, data: Buffer) -> None:
-        """Copy ``data`` into the buffer, writing the buffer out each time it fills."""
+    def _copy_in(self, data: Buffer, defer_writes: bool = False) -> None:
+        """Copy ``data`` into the buffer, writing the buffer out (or keeping it as a deferred
+        write) each time it fills."""
         buf = self._buf
         with memoryview(data) as view:
             off = 0
@@ -386,20 +400,50 @@ class EntryLogWriter:
                     self._fill = fill + k
                     off += k
                 if self._fill >= self._limit:
-                    self._write_buffer()
+                    if defer_writes:
+                        self._defer_buffer()
+                    else:
+                        self._write_buffer()
+
+    def _defer_buffer(self) -> None:
+        """Keep the full buffer as a deferred write (a copy: the buffer is reused)."""
+        fill = self._fill
+        with memoryview(self._buf) as view:
+            self._pieces.append((self._buf_pos, bytes(view[:fill])))
+        self._buf_pos += fill
+        self._fill = 0
+        self._limit = self._capacity - self._buf_pos % self._align
+
+    def _write_pieces(self) -> None:
+        """Write the deferred writes not yet known written, in order (again, if a
+        :class:`PendingWrite` has them in flight: the same bytes at the same offsets)."""
+        pieces = self._pieces
+        while pieces:
+            offset, data = pieces[0]
+            done = self._file_pos - offset  # > 0 after a short write
+            with memoryview(data) as view:
+                while done < len(view):
+                    written = os.pwrite(self._fd, view[done:], offset + done)
+                    done += written
+                    self._file_pos = offset + done
+            del pieces[0]
 
     def _write_buffer(self) -> None:
-        """Hand the buffered bytes to the OS; on an error keep what was not written."""
+        """Hand the deferred writes and the buffered bytes to the OS; on an error keep what
+        was not written."""
+        if self._pieces:
+            self._write_pieces()
         buf = self._buf
         fill = self._fill
         written = 0
         try:
             with memoryview(buf) as view:
                 while written < fill:
-                    written += os.write(self._fd, view[written:fill])
+                    written += os.pwrite(self._fd, view[written:fill], self._buf_pos + written)
         finally:
             if written:
                 self._file_pos += written
+                self._buf_pos = self._file_pos
                 if written < fill:
                     buf[: fill - written] = buf[written:fill]
                 self._fill = fill - written
@@ -409,10 +453,47 @@ class EntryLogWriter:
             self._writeback_pos = self._file_pos
 
     def flush(self) -> None:
-        """Hand buffered bytes to the OS (no fsync)."""
+        """Hand deferred writes and buffered bytes to the OS (no fsync)."""
         self._check_open()
-        if self._fill:
+        if self._fill or self._pieces:
             self._write_buffer()
+
+    # ---------------------------------------------------------------- deferred writes
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of deferred writes not yet known to be in the file."""
+        return self._buf_pos - self._file_pos
+
+    def take_pending(self) -> PendingWrite | None:
+        """The deferred writes, for :meth:`PendingWrite.write` in another thread (None if
+        there are none). They stay readable here until :meth:`finish_pending` hears they
+        are written; the writer may meanwhile append, flush (writing them again) or close.
+        """
+        if not self._pieces or self._closed:
+            return None
+        end = self._buf_pos
+        writeback = None
+        if self._writeback_bytes and end - self._writeback_pos >= self._writeback_bytes:
+            writeback = (self._writeback_pos, end - self._writeback_pos)
+            self._writeback_pos = end
+        return PendingWrite(self, os.dup(self._fd), list(self._pieces), writeback)
+
+    def finish_pending(self, pending: PendingWrite) -> None:
+        """Owner thread, after ``pending.write()``: what it wrote is in the file; if it
+        failed, this writer stops as after any write error, the unwritten rest stays
+        readable (and is written by the next :meth:`flush`, if it can be), and the error
+        is raised."""
+        if pending.written_end > self._file_pos:
+            self._file_pos = pending.written_end
+            pieces = self._pieces
+            while pieces and pieces[0][0] + len(pieces[0][1]) <= self._file_pos:
+                del pieces[0]
+        error = pending.error
+        if error is not None:
+            if self._failed is None and not self._closed:
+                self._failed = error
+            raise error
 
     def fsync(self, *, metadata: bool = True) -> None:
         """Flush, then ``fsync`` (``fdatasync`` when ``metadata`` is False)."""
@@ -469,7 +550,7 @@ class EntryLogWriter:
             raise ValueError(f"{self!r} already has its ledgers map")
         if self._failed:
             raise ValueError(f"{self!r} cannot be sealed after a write error")
-        offset = self._file_pos + self._fill
+        offset = self._buf_pos + self._fill
         header = LogHeader(
             version=self._header.version,
             ledgers_map_offset=offset,
@@ -478,7 +559,7 @@ class EntryLogWriter:
         patch = header.encode_map_patch()
         ledgers_map = encode_ledgers_map(self._ledgers)
         in_buffer = (
-            self._file_pos == 0
+            self._buf_pos == 0
             and self._fill >= HEADER_SIZE
             and self._fill + len(ledgers_map) < self._limit
         )
@@ -501,7 +582,7 @@ class EntryLogWriter:
     def release_buffer(self) -> bytearray | None:
         """Once closed with every byte handed to the OS: give up the write buffer for another
         writer to reuse (None otherwise, or if it was released already)."""
-        if not self._closed or self._fill or not self._buf:
+        if not self._closed or self._fill or self._pieces or not self._buf:
             return None
         buf = self._buf
         self._buf = bytearray()
@@ -518,6 +599,8 @@ class EntryLogWriter:
         try:
             if discard_buffer:
                 self._fill = 0
+                self._pieces.clear()
+                self._buf_pos = self._file_pos
             else:
                 self.flush()
         finally:
@@ -545,16 +628,89 @@ class EntryLogWriter:
         self._check_open()
         if pos < 0 or n < 0:
             raise ValueError(f"cannot read {n} bytes at {pos}")
-        file_end = self._file_pos
+        buf_pos = self._buf_pos
         fill = self._fill
-        if pos >= file_end:
-            start = min(pos - file_end, fill)
+        if pos >= buf_pos:  # the usual case while a log is written: all in the buffer
+            start = min(pos - buf_pos, fill)
             return bytes(self._buf[start : min(start + n, fill)])
-        head = os.pread(self._fd, min(n, file_end - pos), pos)
-        if len(head) < n and pos + len(head) == file_end:
-            return head + self._buf[: min(n - len(head), fill)]
-        return head
+        file_end = self._file_pos
+        if pos >= file_end or pos + n > file_end:
+            return self._read_unwritten(pos, n)
+        return os.pread(self._fd, n, pos)
+
+    def _read_unwritten(self, pos: int, n: int) -> bytes:
+        """:meth:`read_at` of a range that is not all in the file: the file's part, then
+        the deferred writes', then the buffer's."""
+        end = min(pos + n, self._buf_pos + self._fill)
+        parts: list[bytes] = []
+        file_end = self._file_pos
+        if pos < file_end:
+            head = os.pread(self._fd, file_end - pos, pos)
+            if len(head) < file_end - pos:
+                return head  # the file is shorter than written: return what it has
+            parts.append(head)
+        for offset, data in self._pieces:
+            stop = offset + len(data)
+            if stop > pos and offset < end:
+                parts.append(bytes(data[max(pos, offset) - offset : min(end, stop) - offset]))
+        if end > self._buf_pos:
+            parts.append(bytes(self._buf[max(pos - self._buf_pos, 0) : end - self._buf_pos]))
+        return b"".join(parts)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
+
+
+class PendingWrite:
+    """A writer's deferred writes, taken to be written in another thread.
+
+    Upstream's ``SortedLedgerStorage`` flushes its table on a thread of its own; here the
+    flush's bookkeeping (locations, the index) stays on the owner's thread and only the
+    copies to the OS move: :meth:`write` touches nothing of the writer but its own
+    duplicate of the descriptor, so it may run while the owner appends, reads, flushes or
+    closes (a flush by the owner writes the same bytes at the same offsets: harmless).
+    The owner then calls :meth:`EntryLogWriter.finish_pending`.
+    """
+
+    __slots__ = ("_fd", "_pieces", "_writeback", "error", "ledger_ids", "writer", "written_end")
+
+    def __init__(
+        self,
+        writer: EntryLogWriter,
+        fd: int,
+        pieces: list[tuple[int, Buffer]],
+        writeback: tuple[int, int] | None,
+    ) -> None:
+        self.writer = writer
+        self._fd = fd
+        self._pieces = pieces
+        self._writeback = writeback
+        self.written_end = pieces[0][0]
+        """The log offset up to which this write is known to be in the file."""
+        self.error: OSError | None = None
+        self.ledger_ids: tuple[int, ...] = ()
+        """The ledgers whose runs made these writes (set by the entry logger)."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(data) for _, data in self._pieces)
+
+    def write(self) -> None:
+        """Write every piece at its offset, then start the kernel's writeback if due; closes
+        the duplicate descriptor. Never raises: an ``OSError`` is kept in :attr:`error`.
+        Any thread; once."""
+        fd = self._fd
+        try:
+            for offset, data in self._pieces:
+                done = 0
+                with memoryview(data) as view:
+                    while done < len(view):
+                        done += os.pwrite(fd, view[done:], offset + done)
+                self.written_end = offset + done
+            if self._writeback is not None:
+                start_writeback(fd, *self._writeback)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(fd)

@@ -10,9 +10,12 @@ storage, its table and the entry logger after every step.
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import struct
 import tempfile
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +46,8 @@ from bookiesim.cluster.testing import bookie_config
 from bookiesim.entrylog.logger import RotationReason
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from bookiesim.bookie.config import BookieConfig
 
 LEDGERS = (1, 2, 3, 4)
@@ -70,8 +75,14 @@ class SortedStorageMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="sorted-storage-"))
+        # A 1,100-byte write buffer (the header takes 1,024): flushes fill buffers, so their
+        # writes are deferred to "the worker" (made between chunks, or left in memory by a
+        # flush cut short, or failing).
         self.cfg = config(
-            self.root, skip_list_size_limit=1500, maximum_number_of_active_entry_logs=2
+            self.root,
+            skip_list_size_limit=1500,
+            maximum_number_of_active_entry_logs=2,
+            write_buffer_size_bytes=1100,
         )
         self.storage = open_storage(self.cfg)
         self.model: dict[int, dict[int, bytes]] = {}
@@ -128,6 +139,28 @@ class SortedStorageMachine(RuleBasedStateMachine):
         for _ in zip(range(steps), flush, strict=False):
             pass
         flush.close()
+
+    @precondition(lambda self: self.storage.memtable.has_snapshot)
+    @rule()
+    def flush_whose_write_fails(self) -> None:
+        # The worker's write of the first chunk that filled a buffer hits a full disk: the
+        # flush stops there, the ledger's log is rotated (BP-32), and the ledger stays in the
+        # table for the next flush; every read still returns what was added (invariant).
+        steps = self.storage._flush_steps()
+        try:
+            for _, pending in steps:
+                if pending is not None:
+                    with _failing_pwrite():
+                        pending.write()
+                    assert pending.error is not None
+                    ledger_id = next(iter(pending.writer.ledger_sizes))
+                    with pytest.raises(OSError, match="No space"):
+                        self.storage.entry_logger.finish_pending_write(pending)
+                    assert self.storage.memtable.holds(ledger_id)
+                    assert self.storage.entry_logger.current_log_id(ledger_id) is None
+                    break
+        finally:
+            steps.close()
 
     @rule()
     def checkpoint(self) -> None:
@@ -198,6 +231,23 @@ class SortedStorageMachine(RuleBasedStateMachine):
 
 
 TestSortedStorage = SortedStorageMachine.TestCase
+
+
+@contextmanager
+def _failing_pwrite() -> Iterator[None]:
+    """Every ``os.pwrite`` fails with ENOSPC for the block."""
+
+    def full(fd: int, data: object, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real = os.pwrite
+    os.pwrite = full
+    try:
+        yield
+    finally:
+        os.pwrite = real
+
+
 TestSortedStorage.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
@@ -311,10 +361,21 @@ def test_a_flush_writes_each_ledger_in_steps_and_reads_back(tmp_path: Path) -> N
         assert storage.memtable.snapshot()
         steps = list(storage._flush_steps())
         chunk = FLUSH_STEP_BYTES // 8
-        assert steps == [8 * chunk, 8 * chunk, 4 * chunk] * 3
+        assert [size for size, _ in steps] == [8 * chunk, 8 * chunk, 4 * chunk] * 3
         assert storage.memtable.empty
+        # Every chunk filled write buffers: their writes wait for a worker (not run here),
+        # and the entries read back from memory meanwhile.
+        pending = [write for _, write in steps]
+        assert all(write is not None for write in pending)
         for (ledger_id, entry_id), data in expected.items():  # from the entry logs now
             assert storage.index.get_location(ledger_id, entry_id) != 0
+            assert storage.read_entry(ledger_id, entry_id) == data
+        for write in pending:
+            assert write is not None
+            write.write()
+            storage.entry_logger.finish_pending_write(write)
+        assert {write.writer.pending_bytes for write in pending if write is not None} == {0}
+        for (ledger_id, entry_id), data in expected.items():  # from the files
             assert storage.read_entry(ledger_id, entry_id) == data
         storage._check()
         for data in expected.values():  # again, through trio

@@ -476,17 +476,18 @@ def test_remove_entry_log(tmp_path: Path) -> None:
 
 
 class FailingWrites:
-    """``os.write`` that fails with ENOSPC ``failures`` times (-1: until undone)."""
+    """``os.pwrite`` (the entry-log writer's only write) that fails with ENOSPC ``failures``
+    times (-1: until undone)."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
-        self.real_write: Callable[[int, bytes], int] = os.write
+        self.real_pwrite: Callable[[int, bytes, int], int] = os.pwrite
 
-    def write(self, fd: int, data: bytes) -> int:
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
         if self.failures != 0:
             self.failures -= 1
             raise OSError(errno.ENOSPC, "No space left on device")
-        return self.real_write(fd, data)
+        return self.real_pwrite(fd, data, offset)
 
 
 def _three_entries_buffered(
@@ -512,7 +513,7 @@ def test_write_error_rotates_before_it_surfaces(
     # BP-32: a write failure for a ledger rotates its log before the error is returned;
     # nothing added before is lost, and the next add goes to a fresh log.
     logger, events, written, failing = _three_entries_buffered(tmp_path, per_ledger)
-    monkeypatch.setattr(os, "write", FailingWrites(1).write)
+    monkeypatch.setattr(os, "pwrite", FailingWrites(1).pwrite)
     with pytest.raises(OSError, match="No space"):
         add(logger, written, 1, 3, size=3000)  # fills the buffer: the write fails
     monkeypatch.undo()
@@ -545,7 +546,7 @@ def test_write_error_in_a_run_rotates_before_it_surfaces(
     # written again whole to a fresh log.
     logger, events, written, failing = _three_entries_buffered(tmp_path, per_ledger)
     bodies = [seeded_entry(1, e, 1000, seed=e) for e in range(3, 6)]
-    monkeypatch.setattr(os, "write", FailingWrites(1).write)
+    monkeypatch.setattr(os, "pwrite", FailingWrites(1).pwrite)
     with pytest.raises(OSError, match="No space"):
         logger.add_entries(1, bodies)  # fills the buffer: the write fails
     monkeypatch.undo()
@@ -577,7 +578,7 @@ def test_persistent_write_error_keeps_the_log_open_until_a_checkpoint_can_flush(
     for entry in range(3):
         add(logger, written, 1, entry)
     failing = logger.current_log_id(1) or 0
-    monkeypatch.setattr(os, "write", FailingWrites(-1).write)
+    monkeypatch.setattr(os, "pwrite", FailingWrites(-1).pwrite)
     with pytest.raises(OSError, match="No space"):
         add(logger, written, 1, 3, size=3000)
     assert logger.rotated_log_ids() == [failing]

@@ -3,6 +3,8 @@
 A hypothesis state machine drives one :class:`EntryLogger` through adds to a handful of
 ledgers, reads, BP-32 rotations, virtual time with timer expiry, whole and split
 checkpoints (adds and rotations between prepare and sync), writes that hit a full disk,
+runs whose writes are deferred and made later, out of order, by "another thread" (a
+:class:`PendingWrite` held across other steps, which may fail),
 refills of the preallocation pool, crashes that leave pooled and preallocated files behind,
 and restarts that may switch between per-ledger and single-log mode or to upstream behaviour.
 Limits are tiny (3 active logs, 2 read handles, 1.5 KiB logs, a 2 KiB write buffer, a pool
@@ -18,9 +20,11 @@ import errno
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -37,7 +41,11 @@ from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationReaso
 from .entries import seeded_entry
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from _typeshed import ReadableBuffer
+
+    from bookiesim.entrylog.writer import PendingWrite
 
 LEDGERS = st.integers(0, 6)
 SIZES = st.one_of(st.integers(16, 200), st.integers(16, 3000))
@@ -56,6 +64,7 @@ class EntryLoggerMachine(RuleBasedStateMachine):
         self.pool = 0
         self.wraps = False
         self.plan: CheckpointPlan | None = None
+        self.in_flight: list[PendingWrite] = []
         self.logger = self._open(per_ledger=True, upstream=False, preallocation=True)
 
     def _clock(self) -> float:
@@ -101,8 +110,15 @@ class EntryLoggerMachine(RuleBasedStateMachine):
         self.pointer = self.logger.least_unflushed_log_id
 
     def teardown(self) -> None:
+        self._drain()
         self.logger.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _drain(self) -> None:
+        """Let every write in flight end (a process's threads finish before it exits)."""
+        for pending in self.in_flight:
+            pending.write()
+        self.in_flight.clear()
 
     # ------------------------------------------------------------------ rules
 
@@ -121,26 +137,52 @@ class EntryLoggerMachine(RuleBasedStateMachine):
     def add_on_full_disk(self, ledger: int, size: int, seed: int, failures: int) -> None:
         # The next `failures` writes to any file fail with ENOSPC. The add either fits in
         # memory (and succeeds) or fails after its log was rotated (BP-32).
-        real_write = os.write
-        left = [failures]
-
-        def failing_write(fd: int, data: ReadableBuffer) -> int:
-            if left[0] > 0:
-                left[0] -= 1
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return real_write(fd, data)
-
-        os.write = failing_write
         error: OSError | None = None
-        try:
-            self._add(ledger, size, seed)
-        except OSError as e:
-            error = e
-        finally:
-            os.write = real_write
+        with _full_disk(failures):
+            try:
+                self._add(ledger, size, seed)
+            except OSError as e:
+                error = e
         if error is not None:
             assert error.errno == errno.ENOSPC
             assert self.logger.current_log_id(ledger) is None
+
+    @rule(
+        ledger=LEDGERS,
+        sizes=st.lists(st.integers(16, 1200), min_size=1, max_size=8),
+        seed=st.integers(0, 2**16),
+    )
+    def add_run_deferred(self, ledger: int, sizes: list[int], seed: int) -> None:
+        # The sorted storage's flush: a run whose full buffers wait for a worker thread.
+        first = self.next_entry.get(ledger, 0)
+        bodies = [seeded_entry(ledger, first + i, n, seed + i) for i, n in enumerate(sizes)]
+        locations = self.logger.add_entries(ledger, bodies, defer_writes=True)
+        for i, (location, body) in enumerate(zip(locations, bodies, strict=True)):
+            self.written[ledger, first + i] = (location, body)
+        self.next_entry[ledger] = first + len(bodies)
+        pending = self.logger.take_pending_write(ledger)
+        if pending is not None:
+            assert pending.writer.pending_bytes > 0
+            self.in_flight.append(pending)
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data(), fail=st.booleans())
+    def make_a_pending_write(self, data: st.DataObject, fail: bool) -> None:
+        # "The worker thread" writes one of the held writes (any of them: they overlap and
+        # may land in any order), then the owner hears of it; a write may hit a full disk.
+        pending = self.in_flight.pop(data.draw(st.integers(0, len(self.in_flight) - 1)))
+        with _full_disk(1 if fail else 0):
+            pending.write()
+        writer = pending.writer
+        if fail:
+            # BP-32: the log is rotated before the error surfaces; what the write did not
+            # make stays readable (the invariant below) until a flush or checkpoint can.
+            with pytest.raises(OSError, match="No space"):
+                self.logger.finish_pending_write(pending)
+            assert writer.failed is not None or writer.closed
+            assert writer not in self.logger.manager.active_writers()
+        else:
+            self.logger.finish_pending_write(pending)
 
     @precondition(lambda self: self.written)
     @rule(data=st.data())
@@ -236,6 +278,7 @@ class EntryLoggerMachine(RuleBasedStateMachine):
     @rule(per_ledger=st.booleans(), upstream=st.booleans(), preallocation=st.booleans())
     def restart(self, per_ledger: bool, upstream: bool, preallocation: bool) -> None:
         self.plan = None  # an abandoned plan changes nothing
+        self._drain()
         self.logger.close()
         before = set(self.logger.log_ids())  # without the unused preallocated logs, deleted
         self._reopen(before, per_ledger=per_ledger, upstream=upstream, preallocation=preallocation)
@@ -247,6 +290,7 @@ class EntryLoggerMachine(RuleBasedStateMachine):
         self.plan = None
         old = self.logger
         old.checkpoint()
+        self._drain()  # writes the checkpoint made already: the same bytes again
         pooled = old.pooled_log_ids()
         last_id = old._files.allocator.last_allocated_id
         for writer in list(old._files.open_writers()):
@@ -306,3 +350,30 @@ class EntryLoggerMachine(RuleBasedStateMachine):
 
 EntryLoggerMachine.TestCase.settings = settings(stateful_step_count=50)
 TestEntryLogger = EntryLoggerMachine.TestCase
+
+
+@contextmanager
+def _full_disk(failures: int) -> Iterator[None]:
+    """The next ``failures`` writes to any file (``os.write`` or ``os.pwrite``) fail with
+    ENOSPC."""
+    real_write, real_pwrite = os.write, os.pwrite
+    left = [failures]
+
+    def fail() -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def failing_write(fd: int, data: ReadableBuffer) -> int:
+        fail()
+        return real_write(fd, data)
+
+    def failing_pwrite(fd: int, data: ReadableBuffer, offset: int) -> int:
+        fail()
+        return real_pwrite(fd, data, offset)
+
+    os.write, os.pwrite = failing_write, failing_pwrite
+    try:
+        yield
+    finally:
+        os.write, os.pwrite = real_write, real_pwrite

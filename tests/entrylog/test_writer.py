@@ -24,7 +24,7 @@ from bookiesim.entrylog import writer as writer_module
 from bookiesim.entrylog.format import HEADER_SIZE, LogHeader
 from bookiesim.entrylog.reader import EntryLogReader, read_entry
 from bookiesim.entrylog.scanner import scan_entry_log
-from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter
+from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter, PendingWrite
 
 from .entries import make_entry, scratch_dir, seeded_entry, upstream_entry
 
@@ -169,16 +169,17 @@ def test_closed_writer(tmp_path: Path) -> None:
 
 
 class _FailingWrites:
-    """``os.write`` that writes ``allowed`` bytes in all, then fails with ENOSPC."""
+    """``os.pwrite`` (the writer's only write) that writes ``allowed`` bytes in all, then
+    fails with ENOSPC."""
 
     def __init__(self, allowed: int) -> None:
         self.allowed = allowed
-        self.real_write = os.write
+        self.real_pwrite = os.pwrite
 
-    def write(self, fd: int, data: bytes) -> int:
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
         if self.allowed <= 0:
             raise OSError(errno.ENOSPC, "No space left on device")
-        n = self.real_write(fd, bytes(data)[: self.allowed])
+        n = self.real_pwrite(fd, bytes(data)[: self.allowed], offset)
         self.allowed -= n
         return n
 
@@ -191,7 +192,7 @@ def test_write_error_stops_the_writer(
     earlier = [w.append(upstream_entry(1, e)) for e in range(3)]
     before = w.read_at(0, w.position)
     body = seeded_entry(2, 0, 200_000, seed=1)
-    monkeypatch.setattr(os, "write", _FailingWrites(allowed).write)
+    monkeypatch.setattr(os, "pwrite", _FailingWrites(allowed).pwrite)
     with pytest.raises(OSError, match="No space"):
         w.append(body)
     monkeypatch.undo()
@@ -220,7 +221,7 @@ def test_full_buffer_write_error_keeps_the_entry(
 ) -> None:
     # An entry that exactly fills the buffer is copied whole before the write fails.
     w = EntryLogWriter(tmp_path, 0, write_buffer_size=1024 + 30)
-    monkeypatch.setattr(os, "write", _FailingWrites(0).write)
+    monkeypatch.setattr(os, "pwrite", _FailingWrites(0).pwrite)
     with pytest.raises(OSError, match="No space"):
         w.append(upstream_entry(1, 1))
     monkeypatch.undo()
@@ -230,7 +231,9 @@ def test_full_buffer_write_error_keeps_the_entry(
 
 
 class WriterMachine(RuleBasedStateMachine):
-    """Every writer operation against a bytearray model of the log file."""
+    """Every writer operation against a bytearray model of the log file, deferred writes
+    included: taken, made in any order (overlapping, as a later take includes what an
+    earlier one has not yet reported written) and reported, or made after a flush did."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -238,6 +241,8 @@ class WriterMachine(RuleBasedStateMachine):
         self.dir = self._scratch.__enter__()
         self.model = bytearray()
         self.entries: list[tuple[int, int, int, bytes]] = []
+        self.taken: list[PendingWrite] = []
+        self.made: list[PendingWrite] = []  # written, not yet reported to the writer
 
     @initialize(buffer_size=st.sampled_from([64, 1000, 8192, 65536]))
     def create(self, buffer_size: int) -> None:
@@ -258,10 +263,49 @@ class WriterMachine(RuleBasedStateMachine):
         self.model += struct.pack(">i", size) + body
         self.entries.append((ledger, len(self.entries), location, body))
 
+    @precondition(lambda self: not self.writer.sealed)
+    @rule(
+        ledger=st.integers(0, 3),
+        sizes=st.lists(st.integers(16, 3000), min_size=1, max_size=12),
+        seed=st.integers(0, 1000),
+    )
+    def append_run_deferred(self, ledger: int, sizes: list[int], seed: int) -> None:
+        first = len(self.entries)
+        bodies = [seeded_entry(ledger, first + i, n, seed) for i, n in enumerate(sizes)]
+        on_disk = self.writer.path.stat().st_size
+        locations = self.writer.append_run(ledger, bodies, defer_writes=True)
+        assert self.writer.path.stat().st_size == on_disk  # nothing written here
+        for i, (location, body) in enumerate(zip(locations, bodies, strict=True)):
+            assert location == (7 << 32) | (len(self.model) + 4)
+            self.model += struct.pack(">i", len(body)) + body
+            self.entries.append((ledger, first + i, location, body))
+
+    @rule()
+    def take_pending(self) -> None:
+        pending = self.writer.take_pending()
+        assert (pending is None) == (self.writer.pending_bytes == 0)
+        if pending is not None:
+            self.taken.append(pending)
+
+    @precondition(lambda self: self.taken)
+    @rule(data=st.data())
+    def make_pending(self, data: st.DataObject) -> None:
+        pending = self.taken.pop(data.draw(st.integers(0, len(self.taken) - 1)))
+        pending.write()  # as the worker thread would
+        assert pending.error is None
+        self.made.append(pending)
+
+    @precondition(lambda self: self.made)
+    @rule(data=st.data())
+    def report_pending(self, data: st.DataObject) -> None:
+        pending = self.made.pop(data.draw(st.integers(0, len(self.made) - 1)))
+        self.writer.finish_pending(pending)
+
     @rule()
     def flush(self) -> None:
         self.writer.flush()
         assert self.writer.buffered_bytes == 0
+        assert self.writer.pending_bytes == 0
 
     @rule()
     def fsync(self) -> None:
@@ -298,11 +342,17 @@ class WriterMachine(RuleBasedStateMachine):
         w = self.writer
         assert w.position == w.size() == len(self.model)
         assert w.unpersisted_bytes == len(self.model) - self.persisted
-        assert 0 <= w.buffered_bytes <= w.position
-        assert w.path.stat().st_size == w.position - w.buffered_bytes
+        assert 0 <= w.pending_bytes <= w.buffered_bytes <= w.position
+        size = w.path.stat().st_size
+        if self.made:  # written by "the worker", not yet reported: at most the whole log
+            assert w.position - w.buffered_bytes <= size <= w.position
+        else:
+            assert size == w.position - w.buffered_bytes
 
     def teardown(self) -> None:
         self.writer.close()
+        for pending in self.taken:  # a worker that ends after the close: the same bytes
+            pending.write()
         assert self.writer.path.read_bytes() == bytes(self.model)
         self._scratch.__exit__(None, None, None)
 
@@ -469,7 +519,7 @@ def test_write_error_in_a_run_stops_the_writer(
     w.append(upstream_entry(1, 0))
     before = w.read_at(0, w.position)
     bodies = [seeded_entry(1, e, 30_000, seed=e) for e in range(1, 8)]
-    monkeypatch.setattr(os, "write", _FailingWrites(allowed).write)
+    monkeypatch.setattr(os, "pwrite", _FailingWrites(allowed).pwrite)
     with pytest.raises(OSError, match="No space"):
         w.append_run(1, bodies)
     monkeypatch.undo()
