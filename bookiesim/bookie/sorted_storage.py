@@ -73,8 +73,9 @@ if TYPE_CHECKING:
     from bookiesim.entrylog.logger import EntryLogger, RotationEvent, RotationReason
     from bookiesim.entrylog.writer import PendingWrite
 
-    FlushSteps = Generator[tuple[int, PendingWrite | None]]
-    """A flush's chunks: the bytes of each, and its writes to make off the trio thread."""
+    FlushSteps = Generator[tuple[int, PendingWrite | None, int | None]]
+    """A flush's steps: a chunk's bytes and its writes to make off the trio thread, or
+    (0, None, ledger id) once a ledger's last chunk is out."""
 
 __all__ = ["FLUSH_STEP_BYTES", "SortedLedgerStorage", "open_ledger_storage"]
 
@@ -205,41 +206,77 @@ class SortedLedgerStorage(LedgerStorage):
             self._drive_blocking(self._flush_steps())
 
     def _drive_blocking(self, steps: FlushSteps) -> None:
-        finish = self.entry_logger.finish_pending_write
-        for _, pending in steps:
-            if pending is not None:
-                pending.write()
-                finish(pending)
+        batch = _Batch()
+        work = 0
+        for size, pending, written in steps:
+            batch.add(pending, written)
+            work += size
+            if work >= FLUSH_STEP_BYTES:
+                work = 0
+                batch.write()
+                self._complete(batch)
+        batch.write()
+        self._complete(batch)
+        self.memtable.clear_snapshot()
 
     async def _drive(self, steps: FlushSteps) -> None:
+        batch = _Batch()
         work = 0
-        finish = self.entry_logger.finish_pending_write
         try:
-            for size, pending in steps:
-                if pending is not None:
-                    await run_in_worker(pending.write)
-                    finish(pending)  # raises the write's error, after BP-32's rotation
+            for size, pending, written in steps:
+                batch.add(pending, written)
                 work += size
                 if work >= FLUSH_STEP_BYTES:
                     work = 0
-                    self._made_room()
-                    await trio.lowlevel.checkpoint()
+                    await self._make(batch)
+            await self._make(batch)
+            self.memtable.clear_snapshot()
         finally:
-            steps.close()  # cancelled between steps: the rest stays for the next flush
+            # Cancelled between steps, or a write failed: the ledgers not completed stay in
+            # the snapshot for the next flush (their writes made meanwhile are harmless: the
+            # next flush writes the entries again, and the index then points there).
+            steps.close()
             self._made_room()
 
-    def _flush_steps(self) -> FlushSteps:
-        """Write the snapshot in (ledger, entry) order; yield each chunk's bytes and its
-        deferred writes, which the driver makes before the next chunk (a ledger leaves the
-        snapshot only once all of its chunks' writes are made)."""
-        self._failure.check()
+    async def _make(self, batch: _Batch) -> None:
+        """Make the batch's writes in a worker thread (adds and reads go on meanwhile), then
+        complete it; a turn for other tasks in any case."""
+        if batch.writes:
+            await run_in_worker(batch.write)
+        await trio.lowlevel.checkpoint()
+        self._complete(batch)
+        self._made_room()
+
+    def _complete(self, batch: _Batch) -> None:
+        """The batch's writes are made: tell their logs (a failed one is rotated, BP-32), then
+        the ledgers whose last entries they hold leave the table, and any rotation waiting
+        for that happens. The first write error is raised once every log heard of its
+        write; the batch's ledgers then stay in the table."""
+        finish = self.entry_logger.finish_pending_write
+        error: OSError | None = None
+        for pending in batch.writes:
+            try:
+                finish(pending)
+            except OSError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
         table = self.memtable
-        for ledger_id in table.snapshot_ledgers():
-            yield from self._flush_ledger(ledger_id)
+        for ledger_id in batch.ledgers:
             table.release_ledger(ledger_id)
             if not table.holds(ledger_id):
                 self._apply_pending_rotation(ledger_id)
-        table.clear_snapshot()
+        batch.clear()
+
+    def _flush_steps(self) -> FlushSteps:
+        """Write the snapshot in (ledger, entry) order: yield each chunk's bytes and its
+        deferred writes, and after each ledger's last chunk that ledger. The driver makes
+        the writes of about ``FLUSH_STEP_BYTES`` of chunks at once in a worker thread;
+        a ledger leaves the snapshot once the writes of all of its chunks are made."""
+        self._failure.check()
+        for ledger_id in self.memtable.snapshot_ledgers():
+            yield from self._flush_ledger(ledger_id)
+            yield 0, None, ledger_id
 
     def _flush_ledger(self, ledger_id: int) -> FlushSteps:
         """Write the ledger's run in chunks of about ``FLUSH_STEP_BYTES`` (cut by count, from
@@ -259,7 +296,7 @@ class SortedLedgerStorage(LedgerStorage):
             stop = start + step
             locations = add_entries(ledger_id, bodies[start:stop], defer_writes=True)
             index.set_locations(ledger_id, entry_ids[start:stop], locations)
-            yield sum(sizes[start:stop]), take_pending(ledger_id)
+            yield sum(sizes[start:stop]), take_pending(ledger_id), None
 
     def _apply_pending_rotation(self, ledger_id: int) -> None:
         """The ledger's last entries just left the table: the rotation waiting for that, if
@@ -314,6 +351,33 @@ class SortedLedgerStorage(LedgerStorage):
             assert self.index.exists(ledger_id), f"ledger {ledger_id} in the table, not indexed"
         for ledger_id in self._pending_rotations:
             assert self.memtable.holds(ledger_id), f"rotation of {ledger_id} left pending"
+
+
+class _Batch:
+    """A flush's deferred writes made together, and the ledgers whose last entries they
+    hold (at 1,000 ledgers a ledger's run is ~64 KiB: a worker thread per ledger would cost
+    the trio thread as much as the writes it moves)."""
+
+    __slots__ = ("ledgers", "writes")
+
+    def __init__(self) -> None:
+        self.writes: list[PendingWrite] = []
+        self.ledgers: list[int] = []
+
+    def add(self, pending: PendingWrite | None, ledger_id: int | None) -> None:
+        if pending is not None:
+            self.writes.append(pending)
+        if ledger_id is not None:
+            self.ledgers.append(ledger_id)
+
+    def write(self) -> None:
+        """Make every write (any thread); never raises (each keeps its error)."""
+        for pending in self.writes:
+            pending.write()
+
+    def clear(self) -> None:
+        self.writes.clear()
+        self.ledgers.clear()
 
 
 def open_ledger_storage(

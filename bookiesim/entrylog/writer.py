@@ -127,6 +127,7 @@ class EntryLogWriter:
         "_persisted",
         "_pieces",
         "_sealed",
+        "_taken_end",
         "_unpersisted_bound",
         "_writeback_bytes",
         "_writeback_pos",
@@ -201,6 +202,7 @@ class EntryLogWriter:
         """Deferred writes: (offset, bytes) of full buffers not yet known to be in the file,
         contiguous from ``_file_pos``; readable here until written (:class:`PendingWrite`)."""
         self._buf_pos = 0  # the log offset of the buffer's first byte
+        self._taken_end = 0  # deferred writes before this offset were taken already
         self._persisted = 0  # position known to be durable (fsynced)
         self._ledgers: dict[int, int] = {}
         if write_buffer_size > HEADER_SIZE:
@@ -466,25 +468,32 @@ class EntryLogWriter:
         return self._buf_pos - self._file_pos
 
     def take_pending(self) -> PendingWrite | None:
-        """The deferred writes, for :meth:`PendingWrite.write` in another thread (None if
-        there are none). They stay readable here until :meth:`finish_pending` hears they
-        are written; the writer may meanwhile append, flush (writing them again) or close.
+        """The deferred writes not taken yet, for :meth:`PendingWrite.write` in another
+        thread (None if there are none). They stay readable here until
+        :meth:`finish_pending` hears they are written; the writer may meanwhile append,
+        flush (writing them again: the same bytes at the same offsets) or close.
         """
-        if not self._pieces or self._closed:
-            return None
         end = self._buf_pos
+        if end <= self._taken_end or self._closed:
+            return None
+        taken = self._taken_end
+        pieces = [piece for piece in self._pieces if piece[0] >= taken]
+        self._taken_end = end
+        if not pieces:
+            return None
         writeback = None
         if self._writeback_bytes and end - self._writeback_pos >= self._writeback_bytes:
             writeback = (self._writeback_pos, end - self._writeback_pos)
             self._writeback_pos = end
-        return PendingWrite(self, os.dup(self._fd), list(self._pieces), writeback)
+        return PendingWrite(self, os.dup(self._fd), pieces, writeback)
 
     def finish_pending(self, pending: PendingWrite) -> None:
         """Owner thread, after ``pending.write()``: what it wrote is in the file; if it
         failed, this writer stops as after any write error, the unwritten rest stays
         readable (and is written by the next :meth:`flush`, if it can be), and the error
-        is raised."""
-        if pending.written_end > self._file_pos:
+        is raised. Pending writes of one writer are best finished in the order taken: one
+        finished before an earlier one stays in memory until a flush writes it again."""
+        if pending.start <= self._file_pos < pending.written_end:
             self._file_pos = pending.written_end
             pieces = self._pieces
             while pieces and pieces[0][0] + len(pieces[0][1]) <= self._file_pos:
@@ -673,7 +682,7 @@ class PendingWrite:
     The owner then calls :meth:`EntryLogWriter.finish_pending`.
     """
 
-    __slots__ = ("_fd", "_pieces", "_writeback", "error", "ledger_ids", "writer", "written_end")
+    __slots__ = ("_fd", "_pieces", "_writeback", "error", "start", "writer", "written_end")
 
     def __init__(
         self,
@@ -686,11 +695,11 @@ class PendingWrite:
         self._fd = fd
         self._pieces = pieces
         self._writeback = writeback
-        self.written_end = pieces[0][0]
+        self.start = pieces[0][0]
+        """The log offset of the first byte to write."""
+        self.written_end = self.start
         """The log offset up to which this write is known to be in the file."""
         self.error: OSError | None = None
-        self.ledger_ids: tuple[int, ...] = ()
-        """The ledgers whose runs made these writes (set by the entry logger)."""
 
     @property
     def nbytes(self) -> int:

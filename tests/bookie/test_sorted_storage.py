@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import tempfile
+import threading
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -47,6 +48,8 @@ from bookiesim.entrylog.logger import RotationReason
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from _typeshed import ReadableBuffer
 
     from bookiesim.bookie.config import BookieConfig
 
@@ -141,26 +144,20 @@ class SortedStorageMachine(RuleBasedStateMachine):
         flush.close()
 
     @precondition(lambda self: self.storage.memtable.has_snapshot)
-    @rule()
-    def flush_whose_write_fails(self) -> None:
-        # The worker's write of the first chunk that filled a buffer hits a full disk: the
-        # flush stops there, the ledger's log is rotated (BP-32), and the ledger stays in the
-        # table for the next flush; every read still returns what was added (invariant).
-        steps = self.storage._flush_steps()
-        try:
-            for _, pending in steps:
-                if pending is not None:
-                    with _failing_pwrite():
-                        pending.write()
-                    assert pending.error is not None
-                    ledger_id = next(iter(pending.writer.ledger_sizes))
-                    with pytest.raises(OSError, match="No space"):
-                        self.storage.entry_logger.finish_pending_write(pending)
-                    assert self.storage.memtable.holds(ledger_id)
-                    assert self.storage.entry_logger.current_log_id(ledger_id) is None
-                    break
-        finally:
-            steps.close()
+    @rule(where=st.sampled_from(["worker", "everywhere"]))
+    def flush_on_a_full_disk(self, where: str) -> None:
+        # The disk fills during a flush, for the worker thread's deferred writes only or for
+        # every write: the flush fails at the first write error (a log that fails is rotated,
+        # BP-32), the ledgers it had not completed stay in the table for the next flush, and
+        # every read still returns what was added (the invariant below); the next
+        # checkpoint, on a disk with room again, makes it all durable.
+        with _full_disk(only_other_threads=where == "worker"):
+            try:
+                trio.run(partial(self.storage.flush, everything=False))
+            except OSError as e:
+                assert e.errno == errno.ENOSPC  # noqa: PT017 (a flush may also succeed)
+        for writer in self.storage.entry_logger.manager.active_writers():
+            assert writer.failed is None
 
     @rule()
     def checkpoint(self) -> None:
@@ -234,13 +231,17 @@ TestSortedStorage = SortedStorageMachine.TestCase
 
 
 @contextmanager
-def _failing_pwrite() -> Iterator[None]:
-    """Every ``os.pwrite`` fails with ENOSPC for the block."""
+def _full_disk(*, only_other_threads: bool) -> Iterator[None]:
+    """``os.pwrite`` (every write of an entry log) fails with ENOSPC for the block, in every
+    thread or only outside the main one (the flush's worker)."""
+    real = os.pwrite
+    main = threading.main_thread()
 
-    def full(fd: int, data: object, offset: int) -> int:
+    def full(fd: int, data: ReadableBuffer, offset: int) -> int:
+        if only_other_threads and threading.current_thread() is main:
+            return real(fd, data, offset)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    real = os.pwrite
     os.pwrite = full
     try:
         yield
@@ -361,13 +362,15 @@ def test_a_flush_writes_each_ledger_in_steps_and_reads_back(tmp_path: Path) -> N
         assert storage.memtable.snapshot()
         steps = list(storage._flush_steps())
         chunk = FLUSH_STEP_BYTES // 8
-        assert [size for size, _ in steps] == [8 * chunk, 8 * chunk, 4 * chunk] * 3
-        assert storage.memtable.empty
-        # Every chunk filled write buffers: their writes wait for a worker (not run here),
-        # and the entries read back from memory meanwhile.
-        pending = [write for _, write in steps]
+        chunks = [(size, write) for size, write, done in steps if done is None]
+        assert [size for size, _ in chunks] == [8 * chunk, 8 * chunk, 4 * chunk] * 3
+        assert [done for _, _, done in steps if done is not None] == [1, 2, 3]
+        # Every chunk filled write buffers: their writes wait for a worker (not made here),
+        # and the entries read back from memory meanwhile, from the entry logs' side.
+        pending = [write for _, write in chunks]
         assert all(write is not None for write in pending)
-        for (ledger_id, entry_id), data in expected.items():  # from the entry logs now
+        storage.memtable.clear_snapshot()  # as if released; the index has them all
+        for (ledger_id, entry_id), data in expected.items():
             assert storage.index.get_location(ledger_id, entry_id) != 0
             assert storage.read_entry(ledger_id, entry_id) == data
         for write in pending:

@@ -282,9 +282,13 @@ class WriterMachine(RuleBasedStateMachine):
 
     @rule()
     def take_pending(self) -> None:
-        pending = self.writer.take_pending()
-        assert (pending is None) == (self.writer.pending_bytes == 0)
+        w = self.writer
+        untaken = [piece for piece in w._pieces if piece[0] >= w._taken_end]
+        pending = w.take_pending()
+        assert (pending is None) == (not untaken)  # each deferred write is taken once
         if pending is not None:
+            assert pending.start == untaken[0][0]
+            assert pending.nbytes == sum(len(data) for _, data in untaken)
             self.taken.append(pending)
 
     @precondition(lambda self: self.taken)
