@@ -26,7 +26,8 @@ NATIVE := $(shell sed -n 's/^    "\(bookiesim\.[a-z0-9_.]*\)",$$/\1/p' bookiesim
 	| tr . / | sed 's/$$/.py/')
 NATIVE_STAMP := $(VENV)/.native
 # Not stamped where it cannot compile: the next make says so again, and compiles once it can.
-$(NATIVE_STAMP): $(STAMP) $(NATIVE) bookiesim/native/__init__.py bookiesim/native/build.py
+$(NATIVE_STAMP): $(STAMP) $(NATIVE) bookiesim/native/__init__.py bookiesim/native/build.py \
+		bookiesim/native/parallel_compile.py
 	$(BIN)/python -m bookiesim.native.build && touch $(NATIVE_STAMP) || [ $$? -eq 3 ]
 
 native: $(STAMP)
