@@ -53,6 +53,8 @@ DEFAULT_WRITE_BUFFER_SIZE = 65536
 """Upstream's ``writeBufferSizeBytes`` default."""
 
 _PAGE = 4096
+_IOV_MAX = 1024
+"""Buffers one ``pwritev`` takes (Linux's ``IOV_MAX``)."""
 _SIZE = struct.Struct(">i").pack
 _PUT_SIZE = struct.Struct(">i").pack_into
 _LEDGER_ID = struct.Struct(">q").unpack_from
@@ -706,17 +708,35 @@ class PendingWrite:
         return sum(len(data) for _, data in self._pieces)
 
     def write(self) -> None:
-        """Write every piece at its offset, then start the kernel's writeback if due; closes
-        the duplicate descriptor. Never raises: an ``OSError`` is kept in :attr:`error`.
-        Any thread; once."""
+        """Write the pieces (contiguous) with one ``pwritev`` (a short write continues where
+        it stopped), then start the kernel's writeback if due; closes the duplicate
+        descriptor. Never raises: an ``OSError`` is kept in :attr:`error`. Any thread; once.
+
+        One system call, not one per piece: a worker thread takes the GIL back after each,
+        and while the trio thread is busy that wait, and the switch it forces, cost more CPU
+        than the write itself (measured: the write on the trio thread cost it 1.9 s per
+        million adds; the same writes a piece a call cost the worker and the journal's thread
+        4.9 s more)."""
         fd = self._fd
         try:
-            for offset, data in self._pieces:
-                done = 0
-                with memoryview(data) as view:
-                    while done < len(view):
-                        done += os.pwrite(fd, view[done:], offset + done)
-                self.written_end = offset + done
+            pieces = self._pieces
+            first = 0  # the first piece not wholly written
+            skip = 0  # bytes of it written
+            while first < len(pieces):
+                offset, data = pieces[first]
+                buffers: list[Buffer] = [memoryview(data)[skip:]]
+                buffers += [data for _, data in pieces[first + 1 : first + _IOV_MAX]]
+                written = os.pwritev(fd, buffers, offset + skip)
+                while written > 0:
+                    offset, data = pieces[first]
+                    left = len(data) - skip
+                    if written < left:
+                        skip += written
+                        break
+                    written -= left
+                    first += 1
+                    skip = 0
+                    self.written_end = offset + len(data)
             if self._writeback is not None:
                 start_writeback(fd, *self._writeback)
         except OSError as exc:

@@ -47,6 +47,7 @@ _REAL = {
     for name in (
         "write",
         "pwrite",
+        "pwritev",
         "ftruncate",
         "fsync",
         "fdatasync",
@@ -117,6 +118,7 @@ class SimDisk:
         patches: dict[str, Callable[..., Any]] = {
             "write": self._write,
             "pwrite": self._pwrite,
+            "pwritev": self._pwritev,
             "ftruncate": self._ftruncate,
             "fsync": self._sync,
             "fdatasync": self._sync,
@@ -186,6 +188,15 @@ class SimDisk:
             return int(_REAL["pwrite"](fd, data, offset))
         self._check_space(path)
         n = int(_REAL["pwrite"](fd, data, offset))
+        self._state(path).dirty.append((offset, offset + n))
+        return n
+
+    def _pwritev(self, fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        path = self._fd_path(fd)
+        if path is None:
+            return int(_REAL["pwritev"](fd, buffers, offset, flags))
+        self._check_space(path)
+        n = int(_REAL["pwritev"](fd, buffers, offset, flags))
         self._state(path).dirty.append((offset, offset + n))
         return n
 

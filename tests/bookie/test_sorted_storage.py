@@ -49,7 +49,7 @@ from bookiesim.entrylog.logger import RotationReason
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from _typeshed import ReadableBuffer
+    from _typeshed import ReadableBuffer, SupportsLenAndGetItem
 
     from bookiesim.bookie.config import BookieConfig
 
@@ -228,25 +228,6 @@ class SortedStorageMachine(RuleBasedStateMachine):
 
 
 TestSortedStorage = SortedStorageMachine.TestCase
-
-
-@contextmanager
-def _full_disk(*, only_other_threads: bool) -> Iterator[None]:
-    """``os.pwrite`` (every write of an entry log) fails with ENOSPC for the block, in every
-    thread or only outside the main one (the flush's worker)."""
-    real = os.pwrite
-    main = threading.main_thread()
-
-    def full(fd: int, data: ReadableBuffer, offset: int) -> int:
-        if only_other_threads and threading.current_thread() is main:
-            return real(fd, data, offset)
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    os.pwrite = full
-    try:
-        yield
-    finally:
-        os.pwrite = real
 
 
 TestSortedStorage.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
@@ -465,3 +446,32 @@ def test_the_interleaved_storage_never_makes_adds_wait(tmp_path: Path) -> None:
         trio.run(storage.wait_for_room)
     finally:
         storage.close()
+
+
+@contextmanager
+def _full_disk(*, only_other_threads: bool) -> Iterator[None]:
+    """``os.pwrite`` and ``os.pwritev`` (every write of an entry log) fail with ENOSPC for
+    the block, in every thread or only outside the main one (the flush's worker)."""
+    real_pwrite, real_pwritev = os.pwrite, os.pwritev
+    main = threading.main_thread()
+
+    def full() -> bool:
+        return not only_other_threads or threading.current_thread() is not main
+
+    def pwrite(fd: int, data: ReadableBuffer, offset: int) -> int:
+        if full():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    def pwritev(
+        fd: int, buffers: SupportsLenAndGetItem[ReadableBuffer], offset: int, flags: int = 0
+    ) -> int:
+        if full():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwritev(fd, buffers, offset, flags)
+
+    os.pwrite, os.pwritev = pwrite, pwritev
+    try:
+        yield
+    finally:
+        os.pwrite, os.pwritev = real_pwrite, real_pwritev

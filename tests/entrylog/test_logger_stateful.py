@@ -43,7 +43,7 @@ from .entries import seeded_entry
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from _typeshed import ReadableBuffer
+    from _typeshed import ReadableBuffer, SupportsLenAndGetItem
 
     from bookiesim.entrylog.writer import PendingWrite
 
@@ -354,9 +354,9 @@ TestEntryLogger = EntryLoggerMachine.TestCase
 
 @contextmanager
 def _full_disk(failures: int) -> Iterator[None]:
-    """The next ``failures`` writes to any file (``os.write`` or ``os.pwrite``) fail with
-    ENOSPC."""
-    real_write, real_pwrite = os.write, os.pwrite
+    """The next ``failures`` writes to any file (``os.write``, ``os.pwrite`` or
+    ``os.pwritev``) fail with ENOSPC."""
+    real_write, real_pwrite, real_pwritev = os.write, os.pwrite, os.pwritev
     left = [failures]
 
     def fail() -> None:
@@ -372,8 +372,14 @@ def _full_disk(failures: int) -> Iterator[None]:
         fail()
         return real_pwrite(fd, data, offset)
 
-    os.write, os.pwrite = failing_write, failing_pwrite
+    def failing_pwritev(
+        fd: int, buffers: SupportsLenAndGetItem[ReadableBuffer], offset: int, flags: int = 0
+    ) -> int:
+        fail()
+        return real_pwritev(fd, buffers, offset, flags)
+
+    os.write, os.pwrite, os.pwritev = failing_write, failing_pwrite, failing_pwritev
     try:
         yield
     finally:
-        os.write, os.pwrite = real_write, real_pwrite
+        os.write, os.pwrite, os.pwritev = real_write, real_pwrite, real_pwritev

@@ -44,6 +44,28 @@ def test_crash_keeps_synced_bytes_and_drops_the_rest(tmp_path: Path) -> None:
     assert not fresh.exists()
 
 
+def test_a_vectored_write_is_durable_once_synced(tmp_path: Path) -> None:
+    # The entry logs' deferred writes go out with pwritev: the disk tracks it as pwrite.
+    disk = SimDisk()
+    root = tmp_path / "b1"
+    faults = disk.add_root(root)
+    log = root / "a.log"
+    with disk.installed():
+        fd = os.open(log, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            assert os.pwritev(fd, [b"syn", memoryview(b"ced")], 0) == 6
+            os.fsync(fd)
+            assert os.pwritev(fd, [b"+lo", b"st"], 6) == 5
+            faults.full = True
+            with pytest.raises(OSError, match="No space"):
+                os.pwritev(fd, [b"x"], 11)
+        finally:
+            os.close(fd)
+    assert log.read_bytes() == b"synced+lost"
+    disk.crash(root)
+    assert log.read_bytes() == b"synced"
+
+
 def test_a_frozen_bookie_makes_nothing_durable(tmp_path: Path) -> None:
     disk = SimDisk()
     root = tmp_path / "b1"
