@@ -392,6 +392,9 @@ class EntryLogWriter:
     def _copy_in(self, data: Buffer, defer_writes: bool = False) -> None:
         """Copy ``data`` into the buffer, writing the buffer out (or keeping it as a deferred
         write) each time it fills."""
+        if defer_writes:
+            self._defer_in(data)
+            return
         buf = self._buf
         with memoryview(data) as view:
             off = 0
@@ -404,10 +407,39 @@ class EntryLogWriter:
                     self._fill = fill + k
                     off += k
                 if self._fill >= self._limit:
-                    if defer_writes:
-                        self._defer_buffer()
-                    else:
-                        self._write_buffer()
+                    self._write_buffer()
+
+    def _defer_in(self, data: Buffer) -> None:
+        """:meth:`_copy_in` with deferred writes, for a run's records joined into one
+        ``bytes``: the buffer is topped up and kept, then the bulk of ``data`` becomes a
+        deferred write of its own, a view of ``data`` (no copy: it is immutable), ending on
+        a page boundary; the tail goes to the buffer. Copying a run into the buffer and then
+        each full buffer into a deferred write cost two copies of every byte flushed."""
+        view = memoryview(data)
+        total = len(view)
+        fill = self._fill
+        off = min(self._limit - fill, total)
+        self._buf[fill : fill + off] = view[:off]
+        self._fill = fill + off
+        if self._fill < self._limit:
+            return
+        self._defer_buffer()
+        bulk = total - off
+        bulk -= (self._buf_pos + bulk) % self._align
+        if bulk >= self._capacity:
+            self._pieces.append((self._buf_pos, view[off : off + bulk]))
+            self._buf_pos += bulk
+            self._limit = self._capacity - self._buf_pos % self._align
+            off += bulk
+        buf = self._buf
+        while off < total:
+            fill = self._fill
+            k = min(self._limit - fill, total - off)
+            buf[fill : fill + k] = view[off : off + k]
+            self._fill = fill + k
+            off += k
+            if self._fill >= self._limit:
+                self._defer_buffer()
 
     def _defer_buffer(self) -> None:
         """Keep the full buffer as a deferred write (a copy: the buffer is reused)."""
