@@ -9,8 +9,11 @@ fresh active table takes the adds that follow, and the owner writes the snapshot
 entry logger in (ledger, entry) order, a ledger's entries as one run
 (:meth:`EntryMemTable.snapshot_run`), so that every ledger's entries go out contiguously and
 each ledger's log is touched once per flush, however many ledgers interleave their adds.
-Once the snapshot is written, :meth:`EntryMemTable.clear_snapshot` lets it go. There is at
-most one snapshot: a second one waits until the first is written (upstream's rule too).
+Each ledger leaves the snapshot once its entries are written
+(:meth:`EntryMemTable.release_ledger`); there is no "clear the snapshot": a flush that gives
+other tasks a turn after its last ledger may find a new snapshot there, taken by an add, and
+must not drop it. There is at most one snapshot: a second one waits until the first is
+written (upstream's rule too).
 
 Reads look in the active table, then in the snapshot, then (the caller) in the index: an
 entry is always in at least one of them, since the snapshot is dropped only after the
@@ -183,11 +186,6 @@ class EntryMemTable:
         ledger = self._snapshot.pop(ledger_id, None)
         if ledger is not None:
             self.snapshot_size -= sum(map(len, ledger.bodies.values()))
-
-    def clear_snapshot(self) -> None:
-        """The whole snapshot is in the index: let it go."""
-        self._snapshot = {}
-        self.snapshot_size = 0
 
     def _check(self) -> None:
         """Assert every invariant. O(entries in both tables)."""

@@ -64,6 +64,7 @@ import trio
 from bookiesim.bookie.blocking import run_in_worker
 from bookiesim.bookie.ledger_storage import LedgerStorage
 from bookiesim.bookie.memtable import EntryMemTable
+from bookiesim.entrylog.deferred import finish_pending_write, take_pending_write
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
@@ -71,8 +72,8 @@ if TYPE_CHECKING:
     from bookiesim.bookie.config import BookieConfig
     from bookiesim.bookie.ledger_index import LedgerIndex
     from bookiesim.bookie.ledger_storage import EntryHeader
+    from bookiesim.entrylog.buffered_channel import PendingWrite
     from bookiesim.entrylog.logger import EntryLogger, RotationEvent, RotationReason
-    from bookiesim.entrylog.writer import PendingWrite
 
     FlushSteps = Generator[tuple[int, PendingWrite | None, int | None]]
     """A flush's steps: a chunk's bytes and its writes to make off the trio thread, or
@@ -218,7 +219,6 @@ class SortedLedgerStorage(LedgerStorage):
                 self._complete(batch)
         batch.write()
         self._complete(batch)
-        self.memtable.clear_snapshot()
 
     async def _drive(self, steps: FlushSteps) -> None:
         batch = _Batch()
@@ -231,7 +231,9 @@ class SortedLedgerStorage(LedgerStorage):
                     work = 0
                     await self._make(batch)
             await self._make(batch)
-            self.memtable.clear_snapshot()
+            # No clearing of "the" snapshot here: each ledger left it as its writes were
+            # made, and one taken by an add during the last turn is not this flush's (it
+            # holds entries older than a checkpoint's mark: clearing it lost them).
         finally:
             # Cancelled between steps, or a write failed: the ledgers not completed stay in
             # the snapshot for the next flush (their writes made meanwhile are harmless: the
@@ -241,7 +243,9 @@ class SortedLedgerStorage(LedgerStorage):
 
     async def _make(self, batch: _Batch) -> None:
         """Make the batch's writes in a worker thread (adds and reads go on meanwhile), then
-        complete it; a turn for other tasks in any case."""
+        complete it; a turn for other tasks unless the batch is empty."""
+        if not (batch.writes or batch.ledgers):
+            return
         if batch.writes:
             await run_in_worker(batch.write)
         await trio.lowlevel.checkpoint()
@@ -253,11 +257,10 @@ class SortedLedgerStorage(LedgerStorage):
         the ledgers whose last entries they hold leave the table, and any rotation waiting
         for that happens. The first write error is raised once every log heard of its
         write; the batch's ledgers then stay in the table."""
-        finish = self.entry_logger.finish_pending_write
         error: OSError | None = None
         for pending in batch.writes:
             try:
-                finish(pending)
+                finish_pending_write(self.entry_logger, pending)
             except OSError as exc:
                 error = error or exc
         if error is not None:
@@ -289,7 +292,6 @@ class SortedLedgerStorage(LedgerStorage):
         step = max(1, -(-FLUSH_STEP_BYTES * len(sizes) // max(1, sum(sizes))))
         entry_logger = self.entry_logger
         add_entries = entry_logger.add_entries
-        take_pending = entry_logger.take_pending_write
         index = self.index
         for start in range(0, len(sizes), step):
             if not index.exists(ledger_id):
@@ -297,7 +299,7 @@ class SortedLedgerStorage(LedgerStorage):
             stop = start + step
             locations = add_entries(ledger_id, bodies[start:stop], defer_writes=True)
             index.set_locations(ledger_id, entry_ids[start:stop], locations)
-            yield sum(sizes[start:stop]), take_pending(ledger_id), None
+            yield sum(sizes[start:stop]), take_pending_write(entry_logger, ledger_id), None
 
     def _apply_pending_rotation(self, ledger_id: int) -> None:
         """The ledger's last entries just left the table: the rotation waiting for that, if

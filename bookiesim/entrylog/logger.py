@@ -74,7 +74,7 @@ from bookiesim.entrylog.managers import (
 from bookiesim.entrylog.metadata import EntryLogMetadata, extract_metadata
 from bookiesim.entrylog.reader import EntryLogReader, find_log_file, read_entry
 from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationReason
-from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter, PendingWrite
+from bookiesim.entrylog.writer import DEFAULT_WRITE_BUFFER_SIZE, EntryLogWriter
 
 if TYPE_CHECKING:
     import os
@@ -228,7 +228,7 @@ class EntryLogger:
 
     @property
     def manager(self) -> EntryLogManager:
-        """The manager in use (tests and introspection)."""
+        """The manager in use (tests, introspection, and :mod:`.deferred`)."""
         return self._manager
 
     # ---------------------------------------------------------------- adds and reads
@@ -255,26 +255,10 @@ class EntryLogger:
         to the stretch (the part that went to one log) that holds it.
 
         ``defer_writes``: the buffers the run fills are not written here but kept for
-        :meth:`take_pending_write`, which the caller must call before its next await (the
-        entries are readable meanwhile, and a flush or checkpoint writes them in any case).
+        :func:`~bookiesim.entrylog.deferred.take_pending_write` (the entries are readable
+        meanwhile, and a flush or checkpoint writes them in any case).
         """
         return self._manager.add_entries(ledger_id, bodies, defer_writes=defer_writes)
-
-    def take_pending_write(self, ledger_id: int) -> PendingWrite | None:
-        """The deferred writes of the ledger's current log (None if none), for
-        :meth:`PendingWrite.write` in a worker thread, then :meth:`finish_pending_write`."""
-        writer = self._manager.current_log(ledger_id)
-        return None if writer is None else writer.take_pending()
-
-    def finish_pending_write(self, pending: PendingWrite) -> None:
-        """Owner thread, after ``pending.write()``. If it failed, the log is rotated as an
-        add's write error rotates it (BP-32) and the ``OSError`` propagates; what it did not
-        write stays readable, and the checkpoint writes it or fails (keeping the journal)."""
-        try:
-            pending.writer.finish_pending(pending)
-        except OSError:
-            self._manager.rotate_failed_writer(pending.writer)
-            raise
 
     def read_entry(self, ledger_id: int, entry_id: int, location: int) -> bytes:
         """The body stored at ``location``, checked to be entry ``(ledger_id, entry_id)``.

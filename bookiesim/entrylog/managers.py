@@ -25,6 +25,7 @@ from bookiesim.entrylog.rotation import RotationEvent, RotationPolicy, RotationR
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from bookiesim.entrylog.buffered_channel import BufferedChannel
     from bookiesim.entrylog.log_files import LogFiles
     from bookiesim.entrylog.writer import EntryLogWriter
 
@@ -53,7 +54,7 @@ class EntryLogManager(Protocol):
         take them (:meth:`EntryLogWriter.take_pending`) from the ledger's current log."""
         ...
 
-    def rotate_failed_writer(self, writer: EntryLogWriter) -> bool:
+    def rotate_failed_writer(self, writer: BufferedChannel) -> bool:
         """A deferred write of ``writer`` failed: rotate it as an add's write error would
         have (BP-32), if it is still active; True if it was."""
         ...
@@ -271,7 +272,7 @@ class EntryLogManagerForEntryLogPerLedger:
             defer_writes=defer_writes,
         )
 
-    def rotate_failed_writer(self, writer: EntryLogWriter) -> bool:
+    def rotate_failed_writer(self, writer: BufferedChannel) -> bool:
         for ledger_id, slot in self._slots.items():
             if slot.writer is writer:
                 return self._rotate(ledger_id, self._policy.on_write_error())
@@ -427,7 +428,7 @@ class EntryLogManagerForSingleEntryLog:
             defer_writes=defer_writes,
         )
 
-    def rotate_failed_writer(self, writer: EntryLogWriter) -> bool:
+    def rotate_failed_writer(self, writer: BufferedChannel) -> bool:
         if self._current is not writer:
             return False
         self._rotate_current(self._policy.on_write_error())

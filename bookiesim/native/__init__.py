@@ -43,6 +43,7 @@ COMPILED_MODULES: Final = (
     "bookiesim.proto.v3",
     "bookiesim.proto.transport",
     "bookiesim.entrylog.format",
+    "bookiesim.entrylog.buffered_channel",
     "bookiesim.entrylog.writer",
     "bookiesim.entrylog.managers",
     "bookiesim.entrylog.logger",

@@ -44,6 +44,7 @@ from bookiesim.bookie.sorted_storage import (
     open_ledger_storage,
 )
 from bookiesim.cluster.testing import bookie_config
+from bookiesim.entrylog.deferred import finish_pending_write
 from bookiesim.entrylog.logger import RotationReason
 
 if TYPE_CHECKING:
@@ -350,14 +351,15 @@ def test_a_flush_writes_each_ledger_in_steps_and_reads_back(tmp_path: Path) -> N
         # and the entries read back from memory meanwhile, from the entry logs' side.
         pending = [write for _, write in chunks]
         assert all(write is not None for write in pending)
-        storage.memtable.clear_snapshot()  # as if released; the index has them all
+        for ledger_id in (1, 2, 3):  # as the driver does once their writes are made
+            storage.memtable.release_ledger(ledger_id)
         for (ledger_id, entry_id), data in expected.items():
             assert storage.index.get_location(ledger_id, entry_id) != 0
             assert storage.read_entry(ledger_id, entry_id) == data
         for write in pending:
             assert write is not None
             write.write()
-            storage.entry_logger.finish_pending_write(write)
+            finish_pending_write(storage.entry_logger, write)
         assert {write.writer.pending_bytes for write in pending if write is not None} == {0}
         for (ledger_id, entry_id), data in expected.items():  # from the files
             assert storage.read_entry(ledger_id, entry_id) == data
@@ -376,6 +378,55 @@ def test_a_flush_writes_each_ledger_in_steps_and_reads_back(tmp_path: Path) -> N
 def test_the_table_rejects_a_limit_below_one_byte() -> None:
     with pytest.raises(ValueError, match="skipListSizeLimit"):
         EntryMemTable(0)
+
+
+@pytest.mark.parametrize("first", ["snapshot", "no snapshot"])
+def test_an_add_that_snapshots_the_table_while_a_flush_ends_is_kept(
+    tmp_path: Path, first: str
+) -> None:
+    # Adds go on while a flush gives other tasks a turn; an add that reaches the size limit
+    # at that moment makes the active table the snapshot. That snapshot is not the flush's
+    # to drop (found by the kill -9 loop: a checkpoint whose flush found no snapshot gave a
+    # turn, an add snapshotted the table, and the flush then cleared "its" snapshot: those
+    # entries, acknowledged and older than the checkpoint's mark, were lost).
+    storage = open_storage(config(tmp_path, skip_list_size_limit=1000))
+    added: list[tuple[int, int]] = []
+
+    def add(ledger_id: int, size: int) -> None:
+        entry_id = sum(1 for ledger, _ in added if ledger == ledger_id)
+        data = body(ledger_id, entry_id, size)
+        storage.add_entry(entry_header(data), data)
+        added.append((ledger_id, entry_id))
+
+    async def adder() -> None:
+        while True:
+            await trio.lowlevel.checkpoint()
+            add(2, 300)  # the table reaches the limit every few adds
+
+    async def main() -> None:
+        for ledger_id in (1, 2):
+            storage.create_ledger(ledger_id, KEY)
+        for _ in range(6 if first == "snapshot" else 3):
+            add(1, 300)
+        assert storage.memtable.has_snapshot == (first == "snapshot")
+        for _ in range(3):  # several flushes, each ending while the adder adds
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(adder)
+                await storage.flush(everything=False)
+                await storage.flush(everything=True)
+                nursery.cancel_scope.cancel()
+            for ledger_id, entry_id in added:
+                storage.read_entry(ledger_id, entry_id)  # NoEntryError if lost
+            storage._check()
+        storage.flush_blocking()
+        assert storage.memtable.empty
+        for ledger_id, entry_id in added:
+            storage.read_entry(ledger_id, entry_id)
+
+    try:
+        trio.run(main)
+    finally:
+        storage.close()
 
 
 def test_adds_wait_at_twice_the_size_limit_until_a_flush_makes_room(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from bookiesim.entrylog.deferred import finish_pending_write, take_pending_write
 from bookiesim.entrylog.format import HEADER_SIZE, MAX_LOG_ID
 from bookiesim.entrylog.logger import CheckpointPlan, EntryLogger, RotationReason
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
     from _typeshed import ReadableBuffer, SupportsLenAndGetItem
 
-    from bookiesim.entrylog.writer import PendingWrite
+    from bookiesim.entrylog.buffered_channel import PendingWrite
 
 LEDGERS = st.integers(0, 6)
 SIZES = st.one_of(st.integers(16, 200), st.integers(16, 3000))
@@ -160,7 +161,7 @@ class EntryLoggerMachine(RuleBasedStateMachine):
         for i, (location, body) in enumerate(zip(locations, bodies, strict=True)):
             self.written[ledger, first + i] = (location, body)
         self.next_entry[ledger] = first + len(bodies)
-        pending = self.logger.take_pending_write(ledger)
+        pending = take_pending_write(self.logger, ledger)
         if pending is not None:
             assert pending.writer.pending_bytes > 0
             self.in_flight.append(pending)
@@ -178,11 +179,11 @@ class EntryLoggerMachine(RuleBasedStateMachine):
             # BP-32: the log is rotated before the error surfaces; what the write did not
             # make stays readable (the invariant below) until a flush or checkpoint can.
             with pytest.raises(OSError, match="No space"):
-                self.logger.finish_pending_write(pending)
+                finish_pending_write(self.logger, pending)
             assert writer.failed is not None or writer.closed
             assert writer not in self.logger.manager.active_writers()
         else:
-            self.logger.finish_pending_write(pending)
+            finish_pending_write(self.logger, pending)
 
     @precondition(lambda self: self.written)
     @rule(data=st.data())

@@ -20,17 +20,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from bookiesim.entrylog import buffered_channel
 from bookiesim.entrylog import writer as writer_module
 from bookiesim.entrylog.format import HEADER_SIZE, LogHeader
 from bookiesim.entrylog.reader import EntryLogReader, read_entry
 from bookiesim.entrylog.scanner import scan_entry_log
-from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter, PendingWrite
+from bookiesim.entrylog.writer import EntryLogFullError, EntryLogWriter
 
 from .entries import make_entry, scratch_dir, seeded_entry, upstream_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from bookiesim.entrylog.buffered_channel import PendingWrite
     from bookiesim.proto.frames import Buffer
 
 
@@ -410,7 +412,7 @@ def test_writeback_is_started_for_each_stretch_written(
         calls.append((offset, nbytes))
         real(fd, offset, nbytes)
 
-    monkeypatch.setattr(writer_module, "start_writeback", record)
+    monkeypatch.setattr(buffered_channel, "start_writeback", record)
     bodies = [bytes([i % 251]) * 1000 for i in range(200)]
     with EntryLogWriter(tmp_path, 1, write_buffer_size=8192, writeback_bytes=16384) as w:
         locations = [w.append(make_entry(3, i, b)) for i, b in enumerate(bodies)]
