@@ -196,8 +196,13 @@ class SortedLedgerStorage(LedgerStorage):
         leave the table."""
         async with self._flush_lock:
             await self._drive(self._flush_steps())
-            if (everything or self.memtable.over_limit) and self.memtable.snapshot():
-                await self._drive(self._flush_steps())
+            if everything or self.memtable.over_limit:
+                # An add may have made the active table the snapshot during the last turn
+                # (then snapshot() is a no-op): that one is written here too, since it holds
+                # the entries older than a checkpoint's mark.
+                self.memtable.snapshot()
+                if self.memtable.has_snapshot:
+                    await self._drive(self._flush_steps())
 
     def flush_blocking(self) -> None:
         """Write both tables out, without trio (replay, tests, shutdown)."""
@@ -243,9 +248,7 @@ class SortedLedgerStorage(LedgerStorage):
 
     async def _make(self, batch: _Batch) -> None:
         """Make the batch's writes in a worker thread (adds and reads go on meanwhile), then
-        complete it; a turn for other tasks unless the batch is empty."""
-        if not (batch.writes or batch.ledgers):
-            return
+        complete it; a turn for other tasks in any case."""
         if batch.writes:
             await run_in_worker(batch.write)
         await trio.lowlevel.checkpoint()

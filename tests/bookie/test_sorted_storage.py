@@ -413,7 +413,11 @@ def test_an_add_that_snapshots_the_table_while_a_flush_ends_is_kept(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(adder)
                 await storage.flush(everything=False)
+                before = list(added)
                 await storage.flush(everything=True)
+                # A checkpoint's flush leaves nothing older than its start in the table.
+                for ledger_id, entry_id in before:
+                    assert storage.memtable.get(ledger_id, entry_id) is None
                 nursery.cancel_scope.cancel()
             for ledger_id, entry_id in added:
                 storage.read_entry(ledger_id, entry_id)  # NoEntryError if lost
