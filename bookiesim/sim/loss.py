@@ -18,14 +18,18 @@ __all__ = ["note_only_copies", "unrecoverable"]
 
 
 def note_only_copies(history: History, observer: Observer, bookie_id: str) -> None:
-    """Before ``bookie_id`` is lost: the ledgers whose acknowledged entries it alone holds
-    (possible with Qa=1) lose them with it; the history says so, and RR, RL, S1 and the final
-    read leave those ledgers alone."""
+    """Before ``bookie_id`` is lost: the ledgers whose acknowledged entries no other bookie
+    of the entry's segment holds (possible with Qa=1) lose them with it; the history says
+    so, and RR, RL, S1 and the final read leave those ledgers alone."""
     for lid, md in sorted(history.metadata.items()):
         bound = md.last_entry_id if md.is_closed else history.writer_lac(lid)
         mine = {e for e in observer.stored_now(bookie_id, lid) if e <= bound}
+        # Only a copy on a bookie of the entry's own segment counts: readers, recovery and
+        # re-replication look nowhere else. A copy on a bookie of another segment (an add
+        # sent to the ensemble before a change and never acknowledged there) is an orphan:
+        # with Qa=1 it would hide that the lost bookie held the only copy that counts.
         for other in sorted(md.bookies() - {bookie_id}):
-            mine -= observer.stored_now(other, lid)
+            mine -= {e for e in observer.stored_now(other, lid) if other in md.ensemble_at(e)}
             if not mine:
                 break
         if mine:
