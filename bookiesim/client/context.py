@@ -95,6 +95,9 @@ class ClientStats:
 
     adds_completed: int = 0
     adds_failed: int = 0
+    adds_under_replicated: int = 0
+    """Adds a bookie of the write set failed after they had their ack quorum (upstream's
+    ADD_OP_UR): each such entry has fewer than Qw copies until re-replication notices."""
     ensemble_changes: int = 0
     metadata_conflicts: int = 0
     """Compare-and-set attempts that lost a race and were retried."""

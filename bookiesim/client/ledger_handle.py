@@ -22,7 +22,9 @@ or CLOSED, someone else took the ledger over: every pending add fails with
 :class:`LedgerFencedError` / :class:`LedgerClosedError`, as it does when a bookie answers
 EFENCED. A segment is never proposed below an existing one (invariants S5, upstream #2615).
 When every spare bookie has failed the handle too, the change reuses them, each after a
-backoff (:mod:`.failed_bookies`).
+backoff (:mod:`.failed_bookies`, :mod:`.replacement`). A bookie that fails an add already
+acknowledged (Qa < Qw) is replaced at the next add (upstream's delayed write failure): the
+entry keeps its segment, under-replicated until re-replication notices.
 
 A *recovery* handle (used by :mod:`.recovery`) is the same machine with four differences:
 adds carry the RECOVERY_ADD flag (a fenced bookie accepts them), entries keep the length
@@ -49,7 +51,6 @@ from bookiesim.client.errors import (
     LedgerFencedError,
     MetadataConflictError,
     NoSuchLedgerError,
-    NotEnoughBookiesError,
     UnauthorizedError,
 )
 from bookiesim.client.failed_bookies import FailedBookies
@@ -63,6 +64,7 @@ from bookiesim.client.handle_state import (
     next_state,
 )
 from bookiesim.client.read_handle import ReadOnlyLedgerHandle
+from bookiesim.client.replacement import replacement_ensemble
 from bookiesim.metadata.errors import MetadataError
 from bookiesim.metadata.errors import NoSuchLedgerError as MetaNoSuchLedgerError
 from bookiesim.metadata.ledgers import LedgerMetadata, LedgerState
@@ -124,6 +126,9 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         self._ensemble: tuple[str, ...] = ensemble
         self._pending: deque[AddFuture] = deque()
         self._failed: dict[int, str] = {}
+        # Bookies that failed an add after it had its ack quorum (upstream's
+        # delayedWriteFailedBookies): replaced at the next add, from LAC + 1.
+        self._failed_after_quorum: dict[int, tuple[str, BKError]] = {}
         config = ctx.config
         self._bad_bookies = FailedBookies(
             config.bookie_retry_backoff, config.bookie_retry_backoff_max
@@ -218,6 +223,8 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         self._last_pushed = entry_id
         self._length = length
         self._pending.append(op)
+        if self._failed_after_quorum:
+            self._replace_failed_after_quorum()
         if self._state not in CHANGING:
             op.sent = True
             self._send(op, self.dist.write_set(entry_id))
@@ -237,8 +244,12 @@ class LedgerHandle(ReadOnlyLedgerHandle):
             submit(bookie, request, partial(self._on_add_outcome, op, position, bookie))
 
     def _on_add_outcome(self, op: AddFuture, position: int, bookie: str, outcome: Outcome) -> None:
-        if op.done or self._ensemble[position] != bookie:
-            return  # already settled, or an answer from a bookie since replaced
+        if self._ensemble[position] != bookie:
+            return  # an answer from a bookie since replaced
+        if op.done:
+            if isinstance(outcome, BKError) or outcome.status != pb.EOK:
+                self._failed_after_quorum_by(position, bookie, op, outcome)
+            return
         if isinstance(outcome, BKError):
             self._bookie_failed(position, bookie, outcome)
             return
@@ -318,6 +329,39 @@ class LedgerHandle(ReadOnlyLedgerHandle):
 
     # -- ensemble changes -----------------------------------------------------------------
 
+    def _failed_after_quorum_by(
+        self, position: int, bookie: str, op: AddFuture, outcome: Outcome
+    ) -> None:
+        """A bookie of the write set failed an add acknowledged already: the entry stays on
+        fewer than Qw bookies until re-replication notices (upstream counts it, ADD_OP_UR).
+        The bookie is replaced at the next add, as upstream's writer does; the entry keeps
+        its segment, which starts before LAC + 1."""
+        self._ctx.stats.adds_under_replicated += 1
+        if isinstance(outcome, BKError):
+            error = outcome
+        else:
+            error = BookieRequestError(
+                outcome.status,
+                ledger_id=self.ledger_id,
+                entry_id=op.entry_id,
+                bookie=bookie,
+                operation="add",
+            )
+        log.info(
+            "ledger %d entry %d: %s failed it after its ack quorum: %s",
+            self.ledger_id,
+            op.entry_id,
+            bookie,
+            error,
+        )
+        self._failed_after_quorum.setdefault(position, (bookie, error))
+
+    def _replace_failed_after_quorum(self) -> None:
+        delayed, self._failed_after_quorum = self._failed_after_quorum, {}
+        for position, (bookie, error) in sorted(delayed.items()):
+            if self._ensemble[position] == bookie:
+                self._bookie_failed(position, bookie, error)
+
     def _bookie_failed(self, position: int, bookie: str, error: BKError) -> None:
         if self._state not in RUNNING or position in self._failed:
             return
@@ -337,7 +381,14 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                 # Read before the (possibly long) wait for bookies, yet still current at the
                 # metadata write: no add completes during a change, so the LAC cannot move.
                 first = self._lac + 1
-                ensemble = await self._replacement_ensemble(failed)
+                ensemble = await replacement_ensemble(
+                    self._ctx,
+                    self.ledger_id,
+                    self._ensemble,
+                    failed,
+                    self._bad_bookies,
+                    lambda: self._error,
+                )
                 await self._commit_ensemble(first, ensemble)
                 self._apply_ensemble(ensemble, failed)
         except BKError as exc:
@@ -350,53 +401,6 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                 self._complete_in_order()
             if self._drained is not None:
                 self._drained.set()
-
-    async def _replacement_ensemble(self, failed: dict[int, str]) -> tuple[str, ...]:
-        """Replacements for the ``failed`` positions: live bookies outside the ensemble,
-        those that never failed this handle first. When they are too few, bookies that did
-        fail it are reused (they may be back, restarted), each once its backoff has passed
-        (:mod:`.failed_bookies`); the change waits for them rather than flip at once between
-        bookies that keep failing, a metadata write per flip. Bookies that failed again after
-        the longest backoff are not waited for: with none left, NotEnoughBookies."""
-        bad = self._bad_bookies
-        needed = len(failed)
-        while True:
-            live = await self._ctx.live_bookies()
-            current = set(self._ensemble)
-            spare = [b for b in live if b not in current]
-            candidates = sorted(b for b in spare if b not in bad)
-            retry = [b for b in spare if b in bad and not bad.exhausted(b)]
-            if len(candidates) + len(retry) < needed:
-                given_up = sorted(b for b in spare if bad.exhausted(b))
-                raise NotEnoughBookiesError(
-                    f"cannot replace {sorted(failed.values())}: {len(spare)} spare live "
-                    f"bookies ({sorted(spare)}), {needed} needed"
-                    + (f"; {given_up} kept failing this handle" if given_up else ""),
-                    ledger_id=self.ledger_id,
-                )
-            if len(candidates) < needed:
-                now = trio.current_time()
-                due = sorted(retry, key=lambda b: (bad.due_at(b), b))
-                wake = bad.due_at(due[needed - len(candidates) - 1])
-                if wake > now:
-                    log.info(
-                        "ledger %d: every spare bookie failed this handle; the next may be "
-                        "retried in %.3f s",
-                        self.ledger_id,
-                        wake - now,
-                    )
-                    await trio.sleep_until(wake)
-                    if self._error is not None:
-                        raise self._error
-                    continue  # the live bookies may have changed meanwhile
-                due_now = sorted(b for b in retry if bad.due_at(b) <= now)
-                chosen = candidates + self._ctx.rng.sample(due_now, needed - len(candidates))
-            else:
-                chosen = self._ctx.rng.sample(candidates, needed)
-            ensemble = list(self._ensemble)
-            for position, bookie in zip(sorted(failed), chosen, strict=True):
-                ensemble[position] = bookie
-            return tuple(ensemble)
 
     async def _commit_ensemble(self, first: int, ensemble: tuple[str, ...]) -> None:
         """Record the new segment: in the metadata by CAS (writer), or in memory only

@@ -325,3 +325,43 @@ async def test_a_read_only_bookie_is_replaced_like_a_failed_one(
     metadata, _ = await bk.read_metadata(lid)
     assert all(victim not in bookies for bookies in metadata.ensembles.values())
     await check_closed_ledger(bk, lh, list(range(6)))
+
+
+async def test_a_bookie_that_fails_an_add_after_its_quorum_is_replaced_at_the_next_add(
+    cluster: LocalCluster, bk: BookKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upstream's ``PendingAddOp``: a write-set bookie that fails an add already
+    acknowledged (Qa < Qw) leaves the entry under-replicated (ADD_OP_UR) and is replaced at
+    the next add, from LAC + 1; the entry keeps its segment. Until then nothing changes:
+    the failure alone writes no metadata. (The fault campaign found such a ledger: the
+    bookie had stayed in the ensemble.)"""
+    lh = await bk.create_ledger(3, 3, 2)
+    lid = lh.ledger_id
+    victim = lh.ensemble[2]
+    submit = bk.pool.submit
+    held: list[OutcomeCallback] = []
+
+    def hold_victims_entry_0(bookie: str, request: WireRequest, callback: OutcomeCallback) -> None:
+        if bookie == victim and request.operation == pb.ADD_ENTRY and not held:
+            held.append(callback)  # its first add: entry 0
+        else:
+            submit(bookie, request, callback)
+
+    monkeypatch.setattr(bk.pool, "submit", hold_victims_entry_0)
+    assert await lh.add_entry(payload(lid, 0)) == 0
+    (answer,) = held
+    answer(pb.Response(status=pb.EIO))
+    assert bk.stats.adds_under_replicated == 1
+    assert victim in lh.ensemble
+    assert bk.stats.ensemble_changes == 0
+
+    assert await lh.add_entry(payload(lid, 1)) == 1
+    assert victim not in lh.ensemble
+    assert bk.stats.ensemble_changes == 1
+    await lh.close()
+    metadata, _ = await bk.read_metadata(lid)
+    assert sorted(metadata.ensembles) == [0, 1]
+    assert victim in metadata.ensembles[0]
+    assert victim not in metadata.ensembles[1]
+    await check_closed_ledger(bk, lh, [0, 1])
+    assert victim not in await holders(bk, lid, metadata, 0)
