@@ -17,6 +17,7 @@ from bookiesim.bench import (
     pipeline,
     recovery,
     seek,
+    shards,
     sim,
     storage,
 )
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BENCHMARKS", "register"]
 
-BENCHMARKS = (storage, bookie, cluster, recovery, pipeline, seek, sim, compare, handoff)
+BENCHMARKS = (storage, bookie, cluster, recovery, pipeline, seek, sim, compare, handoff, shards)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
