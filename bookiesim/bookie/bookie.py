@@ -192,6 +192,14 @@ class Bookie:
         index) directory full (:mod:`.disk_monitor`); reads and fencing go on."""
         return self._read_only
 
+    @property
+    def available_for_high_priority_writes(self) -> bool:
+        """Upstream's ``isAvailableForHighPriorityWrites``: a read-only bookie still takes
+        high-priority adds (recovery, re-replication) unless its journal or storage failed,
+        or every ledger (or index) directory is full with none keeping
+        ``minUsableSizeForHighPriorityWrites`` available. An admin's read-only keeps them."""
+        return self.failure is None and self.disk_monitor.high_priority_writes_allowed
+
     def set_admin_read_only(self, read_only: bool) -> None:
         """An operator turns the bookie read-only, or lifts that (disks full or a failure
         still keep it read-only)."""
@@ -389,14 +397,18 @@ class Bookie:
         recovery: bool = False,
         ack_before_sync: bool = False,
         header: EntryHeader | None = None,
+        high_priority: bool = False,
     ) -> EntryHeader:
         """Store and journal an entry; ``done`` runs when it may be acknowledged.
+        ``high_priority`` (v3 ``priority > 0``, v2 ``FLAG_HIGH_PRIORITY``: recovery and
+        re-replication) lets it through on a read-only bookie that
+        :attr:`available_for_high_priority_writes`.
 
         Raises :class:`BookieError` synchronously for anything that must not be stored.
         """
         if header is None:
             header = entry_header(body)
-        if self._read_only:
+        if self._read_only and not (high_priority and self.available_for_high_priority_writes):
             # Before any other check, as upstream's processors answer EREADONLY.
             raise ReadOnlyError("bookie is read-only")
         ledger_id = header.ledger_id

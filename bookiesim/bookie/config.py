@@ -735,6 +735,18 @@ class BookieConfig:
         "diskUsageThreshold). -1 = diskUsageThreshold, as upstream's default.",
         upstream_default="diskUsageThreshold",
     )
+    min_usable_size_for_high_priority_writes: int = _key(
+        _DISKS,
+        "minUsableSizeForHighPriorityWrites",
+        -1,
+        unit="bytes",
+        meaning="A bookie read-only because every ledger disk is full still takes "
+        "high-priority adds (recovery, re-replication) while some ledger disk has this much "
+        "available. -1 = logSizeLimit, as upstream's default (its "
+        "minUsableSizeForEntryLogCreation, whose default `(long) 1.2 * logSizeLimit` is "
+        "logSizeLimit in Java: the cast comes first).",
+        upstream_default="minUsableSizeForEntryLogCreation",
+    )
     disk_check_interval: int = _key(
         _DISKS,
         "diskCheckInterval",
@@ -994,6 +1006,12 @@ class BookieConfig:
         """diskUsageLwmThreshold, or diskUsageThreshold where it is not set (-1)."""
         lwm = self.disk_usage_lwm_threshold
         return self.disk_usage_threshold if lwm < 0 else lwm
+
+    @property
+    def effective_min_usable_size_for_high_priority_writes(self) -> int:
+        """minUsableSizeForHighPriorityWrites, or logSizeLimit where it is not set (-1)."""
+        size = self.min_usable_size_for_high_priority_writes
+        return self.log_size_limit if size < 0 else size
 
     @property
     def minor_compaction_enabled(self) -> bool:

@@ -115,6 +115,10 @@ class LedgerDirsMonitor:
         self.disk_state = DiskState.WRITABLE
         self.usage: dict[str, float] = {}
         """Each directory's used fraction at the last check."""
+        self.high_priority_writes_allowed = True
+        """Upstream's ``highPriorityWritesAllowed``: False while some group has no writable
+        directory and none of its directories keeps ``minUsableSizeForHighPriorityWrites``
+        available (or a write has just found no space at all)."""
 
     @property
     def all_full(self) -> bool:
@@ -144,7 +148,24 @@ class LedgerDirsMonitor:
             self.groups[i] = result.state
             results.append(result)
         self.disk_state = max(r.disk_state for r in results)
+        self._allow_high_priority_writes(spaces)
         return results[0]
+
+    def _allow_high_priority_writes(self, spaces: dict[str, DirSpace]) -> None:
+        keep = self._cfg.effective_min_usable_size_for_high_priority_writes
+        allowed = all(
+            any(spaces[d].available >= keep for d in group.dirs)
+            for group in self.groups
+            if group.all_full
+        )
+        if allowed != self.high_priority_writes_allowed:
+            log.warning(
+                "high-priority adds (recovery, re-replication) %s on this read-only bookie "
+                "(minUsableSizeForHighPriorityWrites %d bytes)",
+                "taken again" if allowed else "refused",
+                keep,
+            )
+        self.high_priority_writes_allowed = allowed
 
     def _log(self, result: CheckResult, usage: dict[str, float], group_usage: float) -> None:
         t = self.thresholds
@@ -172,6 +193,7 @@ class LedgerDirsMonitor:
             log.error("a write found no space left (%s): every ledger directory is full", exc)
         self.groups = [group.all_filled() for group in self.groups]
         self.disk_state = DiskState.FULL
+        self.high_priority_writes_allowed = False  # no room for them either, until a check
 
     def used_fraction(self) -> float:
         """The highest used fraction among the file systems of the ledger and index

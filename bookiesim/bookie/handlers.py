@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias
@@ -29,6 +28,7 @@ from bookiesim.entrylog.reader import EntryReadError
 from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
+from bookiesim.proto.availability import encode_availability
 from bookiesim.proto.frames import encode_frame
 from bookiesim.proto.v3 import encode_add_response, error_response, response_for
 
@@ -231,6 +231,7 @@ class RequestProcessor:
             recovery=recovery,
             ack_before_sync=deferred,
             header=header,
+            high_priority=request.header.priority > 0,  # upstream's RequestUtils.isHighPriority
         )
         return None
 
@@ -484,7 +485,12 @@ class RequestProcessor:
 
         # v2 has no write flags: no DEFERRED_SYNC.
         self.bookie.add_entry(
-            body, request.master_key, done, recovery=request.recovery, header=header
+            body,
+            request.master_key,
+            done,
+            recovery=request.recovery,
+            header=header,
+            high_priority=request.high_priority,
         )
 
     def _read_v2(
@@ -564,33 +570,3 @@ def _error_v2(
 def _auth_response_v2() -> v2.AuthResponse:
     # Auth is disabled: as in v3, a stray AUTH is answered by the "disabled" plugin.
     return v2.AuthResponse(AUTH_DISABLED_PLUGIN, b"")
-
-
-def encode_availability(entry_ids: list[int]) -> bytes:
-    """Upstream's AvailabilityOfEntriesOfLedger bytes (§1.3): a 64-byte header (version 0,
-    number of groups) and 24-byte sequence groups of (firstSequenceStart, lastSequenceStart,
-    sequenceSize, sequencePeriod). We emit one group per run of consecutive ids (period 0
-    for single-entry sequences), which upstream's decoder reads back as the same set."""
-    runs: list[tuple[int, int]] = []
-    for entry_id in sorted(set(entry_ids)):
-        if runs and runs[-1][0] + runs[-1][1] == entry_id:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((entry_id, 1))
-    header = struct.pack(">ii", 0, len(runs)) + bytes(56)
-    groups = b"".join(struct.pack(">qqii", start, start, size, 0) for start, size in runs)
-    return header + groups
-
-
-def decode_availability(data: bytes) -> list[int]:
-    """The entry ids in upstream's AvailabilityOfEntriesOfLedger bytes."""
-    version, count = struct.unpack_from(">ii", data)
-    if version != 0:
-        raise ValueError(f"availability version {version} is not 0")
-    out: list[int] = []
-    for i in range(count):
-        first, last, size, period = struct.unpack_from(">qqii", data, 64 + 24 * i)
-        starts = [first] if period == 0 else list(range(first, last + 1, period))
-        for start in starts:
-            out.extend(range(start, start + size))
-    return out

@@ -203,14 +203,13 @@ class BookieService:
         return json_response({"freeSpace": free, "totalSpace": total} | self.info())
 
     async def _state(self, request: AdminRequest) -> AdminResponse:
-        # High-priority writes are refused too while read-only (docs/bookie.md, disk full).
-        writable = not self.bookie.is_read_only
+        bookie = self.bookie
         return json_response(
             {
-                "running": self.bookie.ready.is_set(),
-                "readOnly": not writable,
+                "running": bookie.ready.is_set(),
+                "readOnly": bookie.is_read_only,
                 "shuttingDown": False,
-                "availableForHighPriorityWrites": writable,
+                "availableForHighPriorityWrites": bookie.available_for_high_priority_writes,
             }
         )
 

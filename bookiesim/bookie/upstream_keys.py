@@ -174,7 +174,7 @@ UPSTREAM_KEYS: Final[Mapping[str, str | None]] = {
     "bookieAuthProviderFactoryClass": "bookieAuthProviderFactoryClass",
     "minUsableSizeForIndexFileCreation": None,
     "minUsableSizeForEntryLogCreation": None,
-    "minUsableSizeForHighPriorityWrites": None,
+    "minUsableSizeForHighPriorityWrites": "minUsableSizeForHighPriorityWrites",
     "allowMultipleDirsUnderSameDiskPartition": None,
     "httpServerEnabled": None,
     "httpServerPort": "httpServerPort",

@@ -97,9 +97,11 @@ class BookieTestClient:
         recovery: bool = False,
         write_flags: int | None = None,
         length: int | None = None,
+        priority: int | None = None,
     ) -> pb.Response:
         """Add one entry; ``length`` is the ledger's total length including this payload
-        (defaults to the sum of payloads this client has added to the ledger)."""
+        (defaults to the sum of payloads this client has added to the ledger); ``priority``
+        sets the header's (upstream's recovery and re-replication send 100)."""
         if length is None:
             length = self._lengths.get(ledger_id, 0) + len(payload)
         self._lengths[ledger_id] = length
@@ -114,7 +116,10 @@ class BookieTestClient:
             add.flag = pb.AddRequest.RECOVERY_ADD
         if write_flags is not None:
             add.writeFlags = write_flags
-        return await self.conn.call(self.request(pb.ADD_ENTRY, addRequest=add))
+        request = self.request(pb.ADD_ENTRY, addRequest=add)
+        if priority is not None:
+            request.header.priority = priority
+        return await self.conn.call(request)
 
     async def read(
         self,

@@ -128,6 +128,8 @@ CHANGED_DEFAULTS: dict[str, tuple[object, object]] = {
     "httpServerPort": (8000, 8080),
     # Upstream's default is diskUsageThreshold's value; -1 stands for it here.
     "diskUsageLwmThreshold": (-1.0, "diskUsageThreshold"),
+    # Upstream's default is minUsableSizeForEntryLogCreation's, logSizeLimit; -1 stands for it.
+    "minUsableSizeForHighPriorityWrites": (-1, "minUsableSizeForEntryLogCreation"),
 }
 
 BOOKIESIM_KEYS: dict[str, object] = {

@@ -48,8 +48,14 @@ SHIPPED: list[tuple[str, str]] = [
 TYPO: tuple[str, str] = ("sortedLedgerStorageEnabled", "ture")
 """The one shipped value that is not a value: commented out upstream, and upstream's
 properties library would refuse it as a boolean too. The tests use upstream's default."""
+UNSET: tuple[str, str] = ("minUsableSizeForHighPriorityWrites", "")
+"""Commented out upstream with no value ("if not set, ..."): a key set to nothing is not a
+number, and upstream's properties library would refuse it too (a ConversionException when
+its disk monitor starts). The tests leave it unset, as the comment means."""
 VALID: list[tuple[str, str]] = [
-    (key, "true" if (key, value) == TYPO else value) for key, value in SHIPPED
+    (key, "true" if (key, value) == TYPO else value)
+    for key, value in SHIPPED
+    if (key, value) != UNSET
 ]
 NOT_APPLIED = [key for key, _ in SHIPPED if UPSTREAM_KEYS[key] is None]
 SECURITY_OFF: dict[str, str] = {"tlsProviderFactoryClass": "", "bookieAuthProviderFactoryClass": ""}
@@ -77,6 +83,7 @@ def test_the_shipped_file_holds_each_key_once_and_every_one_is_upstreams() -> No
     assert len(keys) == len(set(keys)) == 218
     assert set(keys) <= set(UPSTREAM_KEYS)
     assert TYPO in SHIPPED
+    assert UNSET in SHIPPED
 
 
 def test_applied_keys_are_the_registrys_upstream_keys() -> None:
@@ -108,6 +115,12 @@ def test_the_shipped_typo_is_refused_as_upstream_would() -> None:
     assert _error(_text(SHIPPED)) == (
         f"bk.conf:{[k for k, _ in SHIPPED].index(TYPO[0]) + 1}: "
         "sortedLedgerStorageEnabled: expected true or false, got 'ture'"
+    )
+
+
+def test_the_shipped_empty_value_is_refused_in_one_line() -> None:
+    assert _error(_text([UNSET])) == (
+        "bk.conf:1: minUsableSizeForHighPriorityWrites: expected an integer, got ''"
     )
 
 

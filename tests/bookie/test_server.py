@@ -14,7 +14,6 @@ import pytest
 import trio
 
 from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
-from bookiesim.bookie.handlers import decode_availability, encode_availability
 from bookiesim.client.bookie_connection import BookieConnection, ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager, master_key
 from bookiesim.cluster.testing import (
@@ -27,6 +26,7 @@ from bookiesim.cluster.testing import (
 from bookiesim.entrylog.rotation import RotationReason
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
+from bookiesim.proto.availability import decode_availability
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
 
 if TYPE_CHECKING:
@@ -266,12 +266,6 @@ async def test_list_of_entries(tmp_path: Path) -> None:
         assert len(data) == 64 + 3 * 24
 
 
-def test_availability_round_trip() -> None:
-    ids = [0, 1, 2, 3, 7, 100, 101]
-    assert decode_availability(encode_availability(ids)) == ids
-    assert decode_availability(encode_availability([])) == []
-
-
 async def test_auth_is_disabled_plugin(tmp_path: Path) -> None:
     async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
         auth = pb.AuthMessage(authPluginName="x", payload=b"")
@@ -472,6 +466,17 @@ async def test_v2_fencing_and_recovery_adds(tmp_path: Path) -> None:
     async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as v3:
         # Fenced over v2 is fenced for v3 too, and it survived the restart.
         assert status(await v3.add(1, 3, b"late", lac=2)) == "EFENCED"
+
+
+async def test_v2_high_priority_adds_pass_an_operators_read_only(tmp_path: Path) -> None:
+    """v2's FLAG_HIGH_PRIORITY is upstream's v2 high priority (``WriteEntryProcessor``):
+    taken on a bookie an operator made read-only, where a plain add gets EREADONLY."""
+    async with running_bookie(bookie_config(tmp_path)) as svc, v2_client(svc) as c:
+        svc.bookie.set_admin_read_only(True)
+        assert code(await c.add(1, 0, b"a")) == "EREADONLY"
+        assert code(await c.add(1, 0, b"a", flags=v2.FLAG_RECOVERY_ADD)) == "EREADONLY"
+        recovery = v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY
+        assert code(await c.add(1, 0, b"a", flags=recovery)) == "EOK"
 
 
 async def test_v2_version_auth_and_batch_read(tmp_path: Path) -> None:
