@@ -56,7 +56,7 @@ from bookiesim.autorecovery.worker import ReplicationWorker
 from bookiesim.bookie.tls_connection import bookie_tls_settings
 from bookiesim.bookie.upstream_metrics.collector import UpstreamNamesCollector
 from bookiesim.client import BookKeeper, ClientConfig
-from bookiesim.metadata.factory import open_store
+from bookiesim.metadata.factory import DEFAULT_SESSION_TIMEOUT, open_store
 from bookiesim.metadata.underreplication import UnderReplicationManager
 
 if TYPE_CHECKING:
@@ -96,7 +96,9 @@ class AutoRecoveryService:
     """The auditor election and one replication worker; see the module docstring.
 
     ``store`` is an open store (embedded: the bookie's session) or a ``metadataServiceUri``
-    to open for the run. ``registry`` is where the metrics go (the bookie's), else a new one.
+    to open for the run, with a session of ``session_timeout`` seconds (``zkTimeout``: the
+    auditor's vote and the worker's locks outlive a dead service that long). ``registry`` is
+    where the metrics go (the bookie's), else a new one.
     """
 
     def __init__(
@@ -110,8 +112,10 @@ class AutoRecoveryService:
         bookie_connector: BookieConnector | None = None,
         client_config: ClientConfig | None = None,
         now_ms: Callable[[], int] | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     ) -> None:
         self.config = config
+        self._session_timeout = session_timeout
         self.bookie_id = bookie_id
         self.metrics = AutoRecoveryMetrics(registry)
         if config.prometheus_upstream_names_enabled:
@@ -142,6 +146,7 @@ class AutoRecoveryService:
             bookie_id=standalone_bookie_id(cfg),
             registry=registry,
             client_config=_client_config(cfg),
+            session_timeout=cfg.zk_timeout / 1000,
         )
 
     # --- running ----------------------------------------------------------------------------
@@ -155,7 +160,9 @@ class AutoRecoveryService:
         """Run until cancelled; started once the vote is cast and the worker runs."""
         async with AsyncExitStack() as stack:
             if isinstance(self._store, str):
-                store = await stack.enter_async_context(open_store(self._store))
+                store = await stack.enter_async_context(
+                    open_store(self._store, session_timeout=self._session_timeout)
+                )
             else:
                 store = self._store
             client = await stack.enter_async_context(

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 from prometheus_client import CollectorRegistry
 
+from bookiesim.autorecovery import service as service_module
 from bookiesim.autorecovery.admin import AdminError
 from bookiesim.autorecovery.config import AutoRecoveryConfig
 from bookiesim.autorecovery.service import AutoRecoveryCompanion, AutoRecoveryService
@@ -22,6 +23,7 @@ from bookiesim.bookie.process import BookieService
 from bookiesim.client import BookKeeper
 from bookiesim.cluster.in_process import running_cluster
 from bookiesim.cluster.testing import bookie_config
+from bookiesim.metadata.factory import open_store as open_real_store
 from bookiesim.metadata.memory_store import MemoryStore
 from bookiesim.metadata.underreplication import UnderReplicationManager
 from tests.autorecovery.auditing import (
@@ -37,6 +39,7 @@ from tests.autorecovery.auditing import (
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
     from pathlib import Path
 
 FAST = QUIET.replace(
@@ -152,11 +155,21 @@ async def test_two_services_one_auditor_and_failover(
         nursery.cancel_scope.cancel()
 
 
-async def test_standalone_from_a_bookie_config(tmp_path: Path) -> None:
+async def test_standalone_from_a_bookie_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = f"sqlite://{tmp_path / 'meta.db'}"
     cfg = bookie_config(tmp_path / "ar", metadata_service_uri=uri).replace(
-        bookie_port=3181, auditor_periodic_check_interval=0
+        bookie_port=3181, auditor_periodic_check_interval=0, zk_timeout=4000
     )
+    opened: list[float] = []
+    real_open = open_real_store
+
+    def open_store(uri: str, *, session_timeout: float) -> AbstractAsyncContextManager[Any]:
+        opened.append(session_timeout)
+        return real_open(uri, session_timeout=session_timeout)
+
+    monkeypatch.setattr(service_module, "open_store", open_store)
     service = AutoRecoveryService.from_bookie_config(cfg)
     assert service.bookie_id == "127.0.0.1:3181"
     assert service.config == AutoRecoveryConfig.from_bookie_config(cfg)
@@ -169,6 +182,7 @@ async def test_standalone_from_a_bookie_config(tmp_path: Path) -> None:
         body, _ = service.metrics.render()
         assert b"autorecovery_is_auditor 1.0" in body
         nursery.cancel_scope.cancel()
+    assert opened == [4.0]  # zkTimeout is the session's, as for AutoRecoveryMain
     with pytest.raises(ValueError, match="set metadataServiceUri"):
         AutoRecoveryService.from_bookie_config(bookie_config(tmp_path / "none"))
 
