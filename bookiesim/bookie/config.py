@@ -908,6 +908,16 @@ class BookieConfig:
         (),
         meaning="TLS versions allowed (TLSv1.2,TLSv1.3); empty = the library's defaults.",
     )
+    tls_cert_files_refresh_duration_seconds: int = _key(
+        _SECURITY,
+        "tlsCertFilesRefreshDurationSeconds",
+        0,
+        unit="s",
+        minimum=0,
+        meaning="Look at most this often whether the key store, certificate, trust store or "
+        "password files changed, and load them again for new connections (open ones keep "
+        "theirs); files that do not load leave the previous certificates in use. 0 = never.",
+    )
     bookie_auth_provider_factory_class: str = _key(
         _SECURITY,
         "bookieAuthProviderFactoryClass",

@@ -30,6 +30,7 @@ from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import FrameDecoder, FrameError, encode_frame
 from bookiesim.proto.tls import TLSConfigError, TLSSettings, server_context, start_tls_response
+from bookiesim.proto.tls_refresh import RefreshingContext
 
 if TYPE_CHECKING:
     import ssl
@@ -54,12 +55,18 @@ itself ``startTLSTimeoutSecs``, 10 by default; its bookie has no limit of its ow
 
 
 class ServerSecurity:
-    """What a bookie applies to every connection: its TLS context (None: no TLS) and its
-    authorizer (None: no authorization, every connection is authenticated)."""
+    """What a bookie applies to every connection: its TLS context (None: no TLS; loaded
+    again when its files change, :mod:`~bookiesim.proto.tls_refresh`) and its authorizer
+    (None: no authorization, every connection is authenticated)."""
 
-    def __init__(self, context: ssl.SSLContext | None, authorizer: Authorizer | None) -> None:
-        self.context = context
+    def __init__(self, tls: RefreshingContext | None, authorizer: Authorizer | None) -> None:
+        self.tls = tls
         self.authorizer = authorizer
+
+    @property
+    def context(self) -> ssl.SSLContext | None:
+        """The context a new connection gets now."""
+        return None if self.tls is None else self.tls.context
 
 
 class SwitchableStream(trio.abc.Stream):
@@ -179,10 +186,10 @@ def server_security(cfg: BookieConfig) -> ServerSecurity | None:
         except ValueError as exc:
             raise TLSConfigError(str(exc)) from None
     settings = bookie_tls_settings(cfg)
-    context = server_context(settings) if settings.enabled else None
-    if context is None and authorizer is None:
+    tls = RefreshingContext(settings, server_context) if settings.enabled else None
+    if tls is None and authorizer is None:
         return None
-    return ServerSecurity(context, authorizer)
+    return ServerSecurity(tls, authorizer)
 
 
 def bookie_tls_settings(cfg: BookieConfig) -> TLSSettings:
@@ -202,4 +209,5 @@ def bookie_tls_settings(cfg: BookieConfig) -> TLSSettings:
         certificate_path=cfg.tls_certificate_path,
         client_authentication=cfg.tls_client_authentication,
         enabled_protocols=cfg.tls_enabled_protocols,
+        cert_files_refresh_seconds=cfg.tls_cert_files_refresh_duration_seconds,
     )

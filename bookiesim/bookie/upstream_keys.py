@@ -228,7 +228,7 @@ UPSTREAM_KEYS: Final[Mapping[str, str | None]] = {
     "entryFormatterClass": None,
     "tlsClientAuthentication": "tlsClientAuthentication",
     "preserveMdcForTaskExecution": None,
-    "tlsCertFilesRefreshDurationSeconds": None,
+    "tlsCertFilesRefreshDurationSeconds": "tlsCertFilesRefreshDurationSeconds",
     "tlsEnabledCipherSuites": None,
     "tlsEnabledProtocols": "tlsEnabledProtocols",
     "tlsKeyStoreType": "tlsKeyStoreType",

@@ -54,6 +54,7 @@ from bookiesim.metadata.ledgers import (
 from bookiesim.metadata.registration import BookieInfo, bookie_address, live_bookies
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.tls import client_context
+from bookiesim.proto.tls_refresh import RefreshingContext
 from bookiesim.proto.v3 import from_message
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ class BookKeeper:
         if bookie_connector is not None:
             self._connector = partial(self._connect_given, bookie_connector)
         tls = self.config.tls
-        self._tls_context = client_context(tls) if tls is not None and tls.enabled else None
+        self._tls = (
+            RefreshingContext(tls, client_context) if tls is not None and tls.enabled else None
+        )
         self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._pool: BookiePool | None = None
@@ -182,11 +185,11 @@ class BookKeeper:
     async def _secure(self, stream: trio.abc.Stream, host: str) -> trio.abc.Stream:
         """With TLS configured, START_TLS and the handshake, as upstream's client does
         first on every connection (:mod:`.tls`); else the stream as it is."""
-        if self._tls_context is None:
+        if self._tls is None:
             return stream
         try:
             with trio.fail_after(self.config.start_tls_timeout):
-                return await start_tls(stream, self._tls_context, host)
+                return await start_tls(stream, self._tls.context, host)
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise

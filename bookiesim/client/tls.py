@@ -57,6 +57,7 @@ CLIENT_TLS_KEYS: Final = (
     "tlsClientAuthentication",
     "tlsHostnameVerificationEnabled",
     "tlsEnabledProtocols",
+    "tlsCertFilesRefreshDurationSeconds",
 )
 """Upstream's client keys :func:`client_tls_settings` reads."""
 
@@ -70,6 +71,14 @@ def _flag(key: str, text: str) -> bool:
     if value not in ("true", "false"):
         raise TLSConfigError(f"{key}: expected true or false, got {text!r}")
     return value == "true"
+
+
+def _seconds(key: str, text: str) -> int:
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise TLSConfigError(f"{key}: expected a whole number of seconds >= 0, got {text!r}")
+    return int(text)
 
 
 def client_tls_settings(properties: Mapping[str, str]) -> TLSSettings:
@@ -97,6 +106,9 @@ def client_tls_settings(properties: Mapping[str, str]) -> TLSSettings:
             get("tlsHostnameVerificationEnabled", default="false"),
         ),
         enabled_protocols=tuple(p.strip() for p in protocols.split(",") if p.strip()),
+        cert_files_refresh_seconds=_seconds(
+            "tlsCertFilesRefreshDurationSeconds", get("tlsCertFilesRefreshDurationSeconds")
+        ),
     )
 
 

@@ -25,6 +25,7 @@ Upstream's rules kept (``TLSContextFactory``):
   ``tlsHostnameVerificationEnabled`` (upstream's endpoint identification "HTTPS").
 * ``tlsEnabledProtocols`` (``TLSv1.2,TLSv1.3``) limits the versions; Java's cipher suite
   names (``tlsEnabledCipherSuites``) are not OpenSSL's, and are not applied.
+* ``tlsCertFilesRefreshDurationSeconds`` loads changed files again (:mod:`.tls_refresh`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class TLSSettings:
     """``tlsHostnameVerificationEnabled`` (a client's only)."""
     enabled_protocols: tuple[str, ...] = ()
     """``tlsEnabledProtocols``: empty = the library's defaults."""
+    cert_files_refresh_seconds: int = 0
+    """``tlsCertFilesRefreshDurationSeconds``: how often changed files are loaded again
+    (:mod:`.tls_refresh`); 0 = never."""
 
     @property
     def enabled(self) -> bool:

@@ -117,6 +117,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "tlsCertificatePath": "",
     "tlsClientAuthentication": False,
     "tlsEnabledProtocols": (),
+    "tlsCertFilesRefreshDurationSeconds": 0,
     "bookieAuthProviderFactoryClass": "",
     "authorizedRoles": (),
 }

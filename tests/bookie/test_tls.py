@@ -405,3 +405,35 @@ def test_a_client_needs_a_trust_store_as_upstreams() -> None:
         client_context(settings)
     with pytest.raises(TLSConfigError, match=r"^tlsClientAuthentication: expected true or false"):
         client_tls_settings({"tlsClientAuthentication": "yes"})
+
+
+def _peer_common_name(stream: trio.abc.Stream) -> str:
+    assert isinstance(stream, trio.SSLStream)
+    certificate = stream.getpeercert()
+    assert certificate
+    subject = dict(field for rdn in certificate["subject"] for field in rdn)
+    return str(subject["commonName"])
+
+
+async def test_renewed_certificates_serve_new_connections_without_a_restart(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """tlsCertFilesRefreshDurationSeconds: the operator writes a renewed certificate and
+    key over the bookie's files; within the period new connections get it, the connection
+    already up keeps working."""
+    mine = tmp_path / "tls"
+    certs.ca.issue("bookie").write(mine, "bookie")
+    keys = server_keys(certs) | {
+        "tls_certificate_path": str(mine / "bookie.crt"),
+        "tls_key_store": str(mine / "bookie.key"),
+        "tls_cert_files_refresh_duration_seconds": 1,
+    }
+    cfg = bookie_config(tmp_path).replace(**keys)
+    async with running_bookie(cfg) as svc, bookie_client(svc, tls=client_ssl(certs)) as old:
+        assert _peer_common_name(old.conn._stream) == "bookie"
+        certs.ca.issue("bookie renewed").write(mine, "bookie")
+        await trio.sleep(1.1)
+        async with bookie_client(svc, tls=client_ssl(certs)) as new:
+            assert _peer_common_name(new.conn._stream) == "bookie renewed"
+            assert status(await new.add(5, 0, b"after the renewal")) == "EOK"
+        assert status(await old.add(5, 1, b"on the old connection")) == "EOK"
