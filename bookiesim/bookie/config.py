@@ -908,6 +908,14 @@ class BookieConfig:
         (),
         meaning="TLS versions allowed (TLSv1.2,TLSv1.3); empty = the library's defaults.",
     )
+    tls_enabled_cipher_suites: tuple[str, ...] = _key(
+        _SECURITY,
+        "tlsEnabledCipherSuites",
+        (),
+        meaning="Cipher suites allowed, Java's names (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) "
+        "or OpenSSL's; none of TLS 1.3's listed = no TLS 1.3 (its suites themselves cannot be "
+        "limited here); empty = the library's defaults.",
+    )
     tls_cert_files_refresh_duration_seconds: int = _key(
         _SECURITY,
         "tlsCertFilesRefreshDurationSeconds",

@@ -209,5 +209,6 @@ def bookie_tls_settings(cfg: BookieConfig) -> TLSSettings:
         certificate_path=cfg.tls_certificate_path,
         client_authentication=cfg.tls_client_authentication,
         enabled_protocols=cfg.tls_enabled_protocols,
+        enabled_cipher_suites=cfg.tls_enabled_cipher_suites,
         cert_files_refresh_seconds=cfg.tls_cert_files_refresh_duration_seconds,
     )

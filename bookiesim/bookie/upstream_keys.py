@@ -229,7 +229,7 @@ UPSTREAM_KEYS: Final[Mapping[str, str | None]] = {
     "tlsClientAuthentication": "tlsClientAuthentication",
     "preserveMdcForTaskExecution": None,
     "tlsCertFilesRefreshDurationSeconds": "tlsCertFilesRefreshDurationSeconds",
-    "tlsEnabledCipherSuites": None,
+    "tlsEnabledCipherSuites": "tlsEnabledCipherSuites",
     "tlsEnabledProtocols": "tlsEnabledProtocols",
     "tlsKeyStoreType": "tlsKeyStoreType",
     "tlsKeyStore": "tlsKeyStore",

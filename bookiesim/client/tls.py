@@ -57,6 +57,7 @@ CLIENT_TLS_KEYS: Final = (
     "tlsClientAuthentication",
     "tlsHostnameVerificationEnabled",
     "tlsEnabledProtocols",
+    "tlsEnabledCipherSuites",
     "tlsCertFilesRefreshDurationSeconds",
 )
 """Upstream's client keys :func:`client_tls_settings` reads."""
@@ -106,6 +107,9 @@ def client_tls_settings(properties: Mapping[str, str]) -> TLSSettings:
             get("tlsHostnameVerificationEnabled", default="false"),
         ),
         enabled_protocols=tuple(p.strip() for p in protocols.split(",") if p.strip()),
+        enabled_cipher_suites=tuple(
+            c.strip() for c in get("tlsEnabledCipherSuites").split(",") if c.strip()
+        ),
         cert_files_refresh_seconds=_seconds(
             "tlsCertFilesRefreshDurationSeconds", get("tlsCertFilesRefreshDurationSeconds")
         ),

@@ -23,8 +23,8 @@ Upstream's rules kept (``TLSContextFactory``):
   required") and sends its certificate only with ``tlsClientAuthentication``. Certificates
   are checked against the trust store; the host name only on a client with
   ``tlsHostnameVerificationEnabled`` (upstream's endpoint identification "HTTPS").
-* ``tlsEnabledProtocols`` (``TLSv1.2,TLSv1.3``) limits the versions; Java's cipher suite
-  names (``tlsEnabledCipherSuites``) are not OpenSSL's, and are not applied.
+* ``tlsEnabledProtocols`` (``TLSv1.2,TLSv1.3``) limits the versions, and
+  ``tlsEnabledCipherSuites`` the suites (Java's names or OpenSSL's, :mod:`.tls_ciphers`).
 * ``tlsCertFilesRefreshDurationSeconds`` loads changed files again (:mod:`.tls_refresh`).
 """
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import logging
 import os
 import ssl
 import tempfile
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+from bookiesim.proto.tls_ciphers import apply_cipher_suites
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,6 +56,8 @@ __all__ = [
     "start_tls_request",
     "start_tls_response",
 ]
+
+log = logging.getLogger(__name__)
 
 TLS_CONTEXT_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
 """Upstream's one ``SecurityHandlerFactory``: the value of ``tlsProviderFactoryClass``."""
@@ -100,6 +104,9 @@ class TLSSettings:
     """``tlsHostnameVerificationEnabled`` (a client's only)."""
     enabled_protocols: tuple[str, ...] = ()
     """``tlsEnabledProtocols``: empty = the library's defaults."""
+    enabled_cipher_suites: tuple[str, ...] = ()
+    """``tlsEnabledCipherSuites``: Java's or OpenSSL's names (:mod:`.tls_ciphers`); empty =
+    the library's defaults."""
     cert_files_refresh_seconds: int = 0
     """``tlsCertFilesRefreshDurationSeconds``: how often changed files are loaded again
     (:mod:`.tls_refresh`); 0 = never."""
@@ -238,6 +245,16 @@ def _limit_protocols(context: ssl.SSLContext, protocols: tuple[str, ...]) -> Non
     context.maximum_version = versions[-1]
 
 
+def _limit(context: ssl.SSLContext, settings: TLSSettings) -> None:
+    _limit_protocols(context, settings.enabled_protocols)
+    try:
+        caveat = apply_cipher_suites(context, settings.enabled_cipher_suites)
+    except ValueError as exc:
+        raise TLSConfigError(str(exc)) from None
+    if caveat is not None:
+        log.warning("%s", caveat)
+
+
 def server_context(settings: TLSSettings) -> ssl.SSLContext:
     """The bookie's context (upstream's ``createServerContext``); :class:`TLSConfigError`."""
     settings.check_factory()
@@ -246,7 +263,7 @@ def server_context(settings: TLSSettings) -> ssl.SSLContext:
     if settings.client_authentication:
         context.verify_mode = ssl.CERT_REQUIRED
         _load_trust_store(context, settings)
-    _limit_protocols(context, settings.enabled_protocols)
+    _limit(context, settings)
     return context
 
 
@@ -259,7 +276,7 @@ def client_context(settings: TLSSettings) -> ssl.SSLContext:
     _load_trust_store(context, settings)
     if settings.client_authentication:
         _load_key_store(context, settings)
-    _limit_protocols(context, settings.enabled_protocols)
+    _limit(context, settings)
     return context
 
 

@@ -118,6 +118,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "tlsClientAuthentication": False,
     "tlsEnabledProtocols": (),
     "tlsCertFilesRefreshDurationSeconds": 0,
+    "tlsEnabledCipherSuites": (),
     "bookieAuthProviderFactoryClass": "",
     "authorizedRoles": (),
 }

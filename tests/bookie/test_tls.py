@@ -437,3 +437,21 @@ async def test_renewed_certificates_serve_new_connections_without_a_restart(
             assert _peer_common_name(new.conn._stream) == "bookie renewed"
             assert status(await new.add(5, 0, b"after the renewal")) == "EOK"
         assert status(await old.add(5, 1, b"on the old connection")) == "EOK"
+
+
+async def test_enabled_cipher_suites_in_javas_names_are_what_the_handshake_agrees(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """tlsEnabledCipherSuites as an upstream bk_server.conf writes it: Java's names. The
+    certificates are ECDSA; with one TLS 1.2 suite listed, that is the connection's."""
+    keys = server_keys(certs) | {
+        "tls_enabled_cipher_suites": ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",)
+    }
+    cfg = bookie_config(tmp_path).replace(**keys)
+    async with running_bookie(cfg) as svc, bookie_client(svc, tls=client_ssl(certs)) as c:
+        stream = c.conn._stream
+        assert isinstance(stream, trio.SSLStream)
+        assert stream.cipher() == ("ECDHE-ECDSA-AES128-GCM-SHA256", "TLSv1.2", 128)
+        assert status(await c.add(6, 0, b"over the listed suite")) == "EOK"
+    with pytest.raises(TLSConfigError, match="tlsEnabledCipherSuites: 'TLS_NO_SUCH_SUITE'"):
+        server_security(cfg.replace(tls_enabled_cipher_suites=("TLS_NO_SUCH_SUITE",)))
