@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from bookiesim.bookie.bookie import Bookie
+    from bookiesim.bookie.config import BookieConfig
 
 
 async def test_no_space_in_a_checkpoint_turns_the_bookie_read_only_until_there_is_room(
@@ -59,6 +60,19 @@ HIGH = 100
 """The priority upstream's client sends recovery and re-replication adds with."""
 
 
+def _full_at_five_percent(tmp_path: Path, **more: object) -> BookieConfig:
+    # The simulated disk is 10% used, 3.6 GiB available: "full" at 5%. No timers: the
+    # checkpoint and the disk check run when the test says.
+    return bookie_config(
+        tmp_path,
+        flush_interval=3_600_000,
+        disk_check_interval=3_600_000,
+        disk_usage_threshold=0.05,
+        disk_usage_warn_threshold=0.05,
+        **more,
+    )
+
+
 def _available(bookie: Bookie) -> bool:
     # A call, not the property: mypy would narrow the property across the asserts.
     return bookie.available_for_high_priority_writes
@@ -72,14 +86,7 @@ async def test_a_read_only_bookie_takes_high_priority_adds_while_a_disk_keeps_ro
     available lets recovery and re-replication adds (priority > 0) through while the
     writers' adds get EREADONLY; once no disk has that much, those are refused too. An
     operator's read-only keeps them, a write that found no space at all does not."""
-    cfg = bookie_config(
-        tmp_path,
-        flush_interval=3_600_000,
-        disk_check_interval=3_600_000,
-        # The simulated disk is 10% used, 3.6 GiB available: "full" at 5%.
-        disk_usage_threshold=0.05,
-        disk_usage_warn_threshold=0.05,
-    )
+    cfg = _full_at_five_percent(tmp_path)
     disk = SimDisk()
     ledgers = disk.add_root(tmp_path / "ledgers")
     disk.add_root(tmp_path / "journal")
@@ -114,12 +121,8 @@ async def test_a_read_only_bookie_takes_high_priority_adds_while_a_disk_keeps_ro
 async def test_a_disk_below_the_minimum_for_high_priority_adds_refuses_them(
     tmp_path: Path,
 ) -> None:
-    cfg = bookie_config(
+    cfg = _full_at_five_percent(
         tmp_path,
-        flush_interval=3_600_000,
-        disk_check_interval=3_600_000,
-        disk_usage_threshold=0.05,
-        disk_usage_warn_threshold=0.05,
         min_usable_size_for_high_priority_writes=8 << 30,  # more than the 3.6 GiB there
     )
     disk = SimDisk()
