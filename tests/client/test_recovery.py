@@ -227,13 +227,23 @@ async def test_recovery_replaces_a_dead_bookie_in_one_close(
     await cluster.stop_bookie(dead)
     async with BookKeeper(cluster.store, config=wire_config) as r:
         handle = await r.open_ledger(lid, recovery=True)
-        # The bookies knew LAC 18 (from entry 19's header): entry 19 is re-added, and its
-        # write set needs a replacement for the dead bookie — a segment from 19 on, written
-        # with the close (invariants A9).
+        # The bookies knew LAC 18 (from entry 19's header): entry 19 is re-added to a write
+        # set with the dead bookie in it.
         assert handle.metadata.last_entry_id == 19
-        assert sorted(handle.metadata.ensembles) == [0, 19]
-        assert dead not in handle.metadata.ensembles[19]
-        assert all(p.first_entry_id >= 19 and p.by_recovery for p in r.stats.proposals)
+        if sorted(handle.metadata.ensembles) == [0, 19]:
+            # Its failure came first: a replacement, in a segment from 19 on written with
+            # the close (invariants A9).
+            assert dead not in handle.metadata.ensembles[19]
+            assert all(p.first_entry_id >= 19 and p.by_recovery for p in r.stats.proposals)
+        else:
+            # The two live bookies acknowledged first (the failed connect to the dead one
+            # raced them and lost; upstream's notifyWriteFailed also only marks the bookie
+            # for a next add, and a recovery has none): closed on the one segment, entry 19
+            # on Qa bookies of it (S3), the failure after the quorum counted.
+            assert sorted(handle.metadata.ensembles) == [0]
+            assert r.stats.adds_under_replicated == 1
+            holding = await holders(r, lid, handle.metadata, 19)
+            assert len(holding) == 2 and dead not in holding
         await cluster.start_bookie(dead)
         await check_recovered(r, handle, list(range(20)))
 
