@@ -282,17 +282,19 @@ class LedgerHandle(ReadOnlyLedgerHandle):
                 )
             )
         else:
-            self._bookie_failed(
-                position,
-                bookie,
-                BookieRequestError(
-                    status,
-                    ledger_id=self.ledger_id,
-                    entry_id=op.entry_id,
-                    bookie=bookie,
-                    operation="add",
-                ),
-            )
+            self._bookie_failed(position, bookie, self._add_error(outcome, op, bookie))
+
+    def _add_error(self, outcome: Outcome, op: AddFuture, bookie: str) -> BKError:
+        """The error a failed add's outcome stands for: the pool's own, or the status."""
+        if isinstance(outcome, BKError):
+            return outcome
+        return BookieRequestError(
+            outcome.status,
+            ledger_id=self.ledger_id,
+            entry_id=op.entry_id,
+            bookie=bookie,
+            operation="add",
+        )
 
     def _complete_in_order(self) -> None:
         if self._state in CHANGING:
@@ -337,16 +339,7 @@ class LedgerHandle(ReadOnlyLedgerHandle):
         The bookie is replaced at the next add, as upstream's writer does; the entry keeps
         its segment, which starts before LAC + 1."""
         self._ctx.stats.adds_under_replicated += 1
-        if isinstance(outcome, BKError):
-            error = outcome
-        else:
-            error = BookieRequestError(
-                outcome.status,
-                ledger_id=self.ledger_id,
-                entry_id=op.entry_id,
-                bookie=bookie,
-                operation="add",
-            )
+        error = self._add_error(outcome, op, bookie)
         log.info(
             "ledger %d entry %d: %s failed it after its ack quorum: %s",
             self.ledger_id,
