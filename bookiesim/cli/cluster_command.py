@@ -1,4 +1,4 @@
-"""``bookiesim cluster up|status|down|stop|start|kill --dir DIR``: a local cluster that
+"""``bookiesim cluster up|status|down|stop|start|kill|pause|resume --dir DIR``: a local cluster that
 outlives the command, and comes back.
 
 ``up`` starts N ``bookiesim bookie`` processes on loopback, each under ``DIR/bookie-N``, all
@@ -8,10 +8,10 @@ it), writes a Prometheus scrape config to ``DIR/prometheus.yml`` and the cluster
 to ``DIR/cluster.json``, and returns once every bookie serves and is registered. On a
 directory that holds a cluster (stopped, half started, interrupted) it starts the bookies that
 do not run, as themselves (same ids, directories, settings); ``--bookies`` larger than the
-cluster adds bookies, smaller is refused. ``stop``/``start``/``kill BOOKIE`` do it for one
-bookie (``bookie-N``, ``N`` or its id ``127.0.0.1:PORT``). ``status`` reads ``cluster.json``
-and asks each bookie; ``down`` stops them (SIGTERM, a final checkpoint each; SIGKILL after a
-timeout).
+cluster adds bookies, smaller is refused. ``stop``/``start``/``kill``/``pause``/``resume
+BOOKIE`` do it for one bookie (``bookie-N``, ``N`` or its id ``127.0.0.1:PORT``).
+``status`` reads ``cluster.json`` and asks each bookie; ``down`` stops them (SIGTERM, a
+final checkpoint each; SIGKILL after a timeout; a paused bookie is resumed to stop).
 
 Exit codes: 0 done (also when the bookie already was as asked: one line says so), 1 a bookie
 failed or there is no cluster, 2 the command contradicts the cluster (``--metadata``,
@@ -38,6 +38,8 @@ from bookiesim.cluster.control import (
     cluster_down,
     cluster_up,
     kill_bookie,
+    pause_bookie,
+    resume_bookie,
     start_bookie,
     stop_bookie,
 )
@@ -109,6 +111,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("stop", _stop, "stop one bookie (SIGTERM: final checkpoint; SIGKILL after 30 s)"),
         ("start", _start, "start one stopped, killed or dead bookie as itself"),
         ("kill", _kill, "kill one bookie with SIGKILL (a crash: no final checkpoint)"),
+        ("pause", _pause, "pause one bookie with SIGSTOP (a long GC pause, a stalled VM)"),
+        ("resume", _resume, "resume a paused bookie (SIGCONT)"),
     ):
         one = commands.add_parser(name, help=what)
         one.add_argument("bookie", metavar="BOOKIE", help="bookie-N, N, or its id HOST:PORT")
@@ -284,3 +288,11 @@ def _start(args: argparse.Namespace) -> int:
 
 def _kill(args: argparse.Namespace) -> int:
     return _one("kill", kill_bookie, args)
+
+
+def _pause(args: argparse.Namespace) -> int:
+    return _one("pause", pause_bookie, args)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    return _one("resume", resume_bookie, args)

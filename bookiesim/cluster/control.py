@@ -42,6 +42,7 @@ from bookiesim.cluster.processes import (
     LocalBookie,
     bookie_settings,
     pid_alive,
+    pid_paused,
     spawn_bookie,
     stop_bookies,
     wait_ready,
@@ -85,7 +86,9 @@ __all__ = [
     "detach",
     "kill_bookie",
     "merged_settings",
+    "pause_bookie",
     "read_state",
+    "resume_bookie",
     "scrape_config",
     "start_bookie",
     "start_cluster",
@@ -427,9 +430,16 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return not pid_alive(pid)
 
 
-def _stop_pid(pid: int, timeout: float) -> str:
+def _terminate(pid: int) -> None:
+    """SIGTERM, then SIGCONT as systemd sends it: a paused bookie (``cluster pause``, or
+    SIGSTOP from elsewhere) only acts on the SIGTERM, its final checkpoint, once it runs."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)
+
+
+def _stop_pid(pid: int, timeout: float) -> str:
+    _terminate(pid)
     if _wait_gone(pid, timeout):
         return "stopped"
     with contextlib.suppress(ProcessLookupError):
@@ -470,6 +480,37 @@ def kill_bookie(root: Path, which: str) -> tuple[str, bool]:
     return f"{record['name']} ({record['bookieId']}): killed (SIGKILL)", True
 
 
+def pause_bookie(root: Path, which: str) -> tuple[str, bool]:
+    """SIGSTOP one bookie: its process stays, its sockets stay open and its ZooKeeper
+    session expires after zkTimeout (a long GC pause, a VM stall); the line to print and
+    whether it changed anything. ``status`` shows it ``paused``; ``resume`` ends it."""
+    return _signal_one(root, which, "pause", signal.SIGSTOP)
+
+
+def resume_bookie(root: Path, which: str) -> tuple[str, bool]:
+    """SIGCONT one paused bookie; the line to print and whether it changed anything."""
+    return _signal_one(root, which, "resume", signal.SIGCONT)
+
+
+def _signal_one(root: Path, which: str, verb: str, sig: signal.Signals) -> tuple[str, bool]:
+    with cluster_lock(root, verb):
+        state = read_state(root)
+        record = find_bookie(state, which)
+        adopt_unrecorded(state)
+        write_state(root, state)
+        name = f"{record['name']} ({record['bookieId']})"
+        if not pid_alive(record["pid"]):
+            return f"{record['name']}: not running ({down_state(record)})", False
+        if pid_paused(record["pid"]) == (verb == "pause"):
+            return f"{name}: already {'paused' if verb == 'pause' else 'running'}", False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record["pid"], sig)
+        deadline = time.monotonic() + 5
+        while pid_paused(record["pid"]) != (verb == "pause") and time.monotonic() < deadline:
+            time.sleep(0.01)  # the signal is delivered asynchronously
+    return f"{name}: {'paused (SIGSTOP)' if verb == 'pause' else 'resumed (SIGCONT)'}", True
+
+
 def start_bookie(root: Path, which: str) -> tuple[str, bool]:
     """Start one bookie of the cluster as itself (its id, directories and the cluster's
     settings); the line to print and whether it changed anything."""
@@ -479,6 +520,11 @@ def start_bookie(root: Path, which: str) -> tuple[str, bool]:
         adopt_unrecorded(state)
         if pid_alive(record["pid"]):
             write_state(root, state)
+            if pid_paused(record["pid"]):
+                return (
+                    f"{record['name']} ({record['bookieId']}): paused, not stopped "
+                    f"(bookiesim cluster resume {record['name']} --dir {root})"
+                ), False
             return f"{record['name']} ({record['bookieId']}): already running", False
         detach(_start(root, state, [record]))
     return (
@@ -499,8 +545,7 @@ def cluster_down(root: Path, timeout: float = STOP_TIMEOUT) -> list[tuple[str, s
         outcomes: list[tuple[str, str, bool]] = []
         alive = [b for b in state["bookies"] if pid_alive(b["pid"])]
         for record in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record["pid"], signal.SIGTERM)
+            _terminate(record["pid"])
         deadline = time.monotonic() + timeout
         for record in state["bookies"]:
             if record not in alive:

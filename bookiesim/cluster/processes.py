@@ -117,7 +117,8 @@ class LocalBookie:
 
 
 def pid_alive(pid: int | None) -> bool:
-    """Whether process ``pid`` runs (None, a process never started: no)."""
+    """Whether process ``pid`` runs (None, a process never started: no). A paused process
+    (SIGSTOP) is alive."""
     if pid is None:
         return False
     try:
@@ -127,11 +128,23 @@ def pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     # A killed child of ours that nobody reaped yet is a zombie: not alive for us.
+    return _scheduler_state(pid) != "Z"
+
+
+def pid_paused(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP: ``cluster pause``
+    or a user's ``kill -STOP``): alive, but it runs nothing until SIGCONT."""
+    return pid is not None and _scheduler_state(pid) in ("T", "t")
+
+
+def _scheduler_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (``R``, ``S``, ``T``, ``Z``...); None when it
+    cannot be read (gone, or no /proc)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+            return stat.read().split(")")[-1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def bookie_settings(root: Path, *extra: str, flush_interval_ms: int = 10_000) -> list[str]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bookiesim.cluster.processes import HOST, pid_alive
+from bookiesim.cluster.processes import HOST, pid_alive, pid_paused
 from bookiesim.cluster.registrations import all_registrations
 from bookiesim.cluster.state import down_state, read_state
 from bookiesim.metadata import open_store
@@ -32,8 +32,9 @@ def bookie_status(
     bookie: dict[str, Any], registered: Mapping[str, BookieInfo] | None
 ) -> dict[str, Any]:
     """One bookie's row: ``state`` is ``running`` (``mode`` says writable or read-only),
-    ``starting`` (alive, not registered yet), ``unresponsive`` (registered, its admin API
-    does not answer), or what :func:`down_state` says. ``registered``: the store's
+    ``paused`` (stopped by SIGSTOP: asking it would only wait), ``starting`` (alive, not
+    registered yet), ``unresponsive`` (registered, its admin API does not answer), or what
+    :func:`down_state` says. ``registered``: the store's
     registrations (None: the store cannot be read)."""
     row: dict[str, Any] = {
         "name": bookie["name"],
@@ -48,6 +49,11 @@ def bookie_status(
         "registered": None if registered is None else bookie["bookieId"] in registered,
     }
     if not pid_alive(bookie["pid"]):
+        return row
+    if pid_paused(bookie["pid"]):
+        # Its ZooKeeper session expires while it is paused: not "starting" for want of a
+        # registration, and its admin API cannot answer.
+        row["state"] = "paused"
         return row
     registration = None if registered is None else registered.get(bookie["bookieId"])
     if registration is not None and registration.http_port:

@@ -292,3 +292,48 @@ def test_a_zookeeper_cluster_stamps_its_cookies_in_zookeeper(
         main(["cluster", "down", *d])
     assert not any(pid_alive(pid) for pid in [b["pid"] for b in state_of(root)["bookies"]])
     assert os.path.exists(root / "bookie-2" / "bookie.log")
+
+
+def test_a_paused_bookie_is_shown_paused_written_around_and_stops_cleanly(
+    cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cluster pause`` is SIGSTOP (a long GC pause, a stalled VM): the process stays and
+    holds its sockets, so a client's requests to it go unanswered until its timeout."""
+    root = cluster
+    ids = ids_of(root)
+    d = ("--dir", str(root))
+    where = ("--cluster", str(root))
+    assert cli(capsys, "cluster", "pause", "bookie-2", *d) == (
+        f"bookie-2 ({ids['bookie-2']}): paused (SIGSTOP)\n"
+    )
+    assert states(capsys, root)["bookie-2"] == "paused"
+    assert "already paused" in cli(capsys, "cluster", "pause", "2", *d)
+    out = cli(capsys, "cluster", "start", "bookie-2", *d)
+    assert "paused, not stopped (bookiesim cluster resume bookie-2" in out
+
+    # Written around: still registered (its session lasts zkTimeout), it may be chosen for
+    # the ensemble of two; then its adds time out (1 s) and the third bookie replaces it.
+    out = cli(capsys, "ledger", "create", "-e", "2", "-w", "2", "-a", "2", "--json", *where)
+    ledger_id = json.loads(out)["ledgerId"]
+    args = ("ledger", "write", str(ledger_id), "--count", "50", "--timeout", "1", "--json")
+    cli(capsys, *args, *where)
+    cli(capsys, "ledger", "close", str(ledger_id), "--timeout", "1", *where)
+    ids_written = cli(capsys, "ledger", "read", str(ledger_id), "--json", *where)
+    assert [json.loads(x)["entryId"] for x in ids_written.splitlines()] == list(range(50))
+
+    assert cli(capsys, "cluster", "resume", "bookie-2", *d) == (
+        f"bookie-2 ({ids['bookie-2']}): resumed (SIGCONT)\n"
+    )
+    assert "already running" in cli(capsys, "cluster", "resume", "2", *d)
+    assert states(capsys, root)["bookie-2"] != "paused"
+
+    # A paused bookie stops cleanly (the SIGCONT after the SIGTERM), not by SIGKILL after
+    # the 30 s stop timeout.
+    cli(capsys, "cluster", "pause", "bookie-2", *d)
+    started = time.monotonic()
+    assert cli(capsys, "cluster", "stop", "bookie-2", *d) == (
+        f"bookie-2 ({ids['bookie-2']}): stopped\n"
+    )
+    assert time.monotonic() - started < 15
+    assert states(capsys, root)["bookie-2"] == "stopped"
+    assert "not running (stopped)" in cli(capsys, "cluster", "resume", "bookie-2", *d)
