@@ -28,8 +28,6 @@ single-bookie figure.
 from __future__ import annotations
 
 import argparse
-import datetime
-import sys
 import tempfile
 import time
 from collections import deque
@@ -41,19 +39,16 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
     new_figures,
-    publish,
     step_progress,
 )
 from bookiesim.client import AddFuture, BookKeeper, ClientConfig
 from bookiesim.cluster.processes import LocalBookie, bookie_process
-from bookiesim.console import make_console
 from bookiesim.metadata.factory import open_store
 from bookiesim.metadata.registration import watch_live_bookies
 
@@ -258,32 +253,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _main(args: argparse.Namespace) -> int:
-    status = make_console(sys.stderr)
-    command = command_line("cluster", args, {**DEFAULTS, "repeats": 3, "dir": None})
-    started = datetime.datetime.now(datetime.UTC)
+    bench = BenchRun.start("cluster", args, {**DEFAULTS, "repeats": 3, "dir": None})
     # On the disk under test (the current directory by default), not a tmpfs /tmp.
     workdir = args.dir if args.dir is not None else Path.cwd()
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-cluster-") as tmp:
         machine = machine_info(Path(tmp))
-        status.print(
+        bench.status.print(
             f"bench cluster: {args.entries:,} adds of {args.size} B per run, window "
             f"{args.window}, {args.repeats} run(s) ({describe_machine(machine)})"
         )
-        with step_progress(status, 1 + 3 * args.repeats) as step:
+        with step_progress(bench.status, 1 + 3 * args.repeats) as step:
             figures = run_cluster_benchmark(Path(tmp), args, step)
-    report = Report(
-        name="cluster",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "entries": args.entries,
-            "entrySize": args.size,
-            "window": args.window,
-            "recoveryEntries": args.recovery_entries,
-            "repeats": args.repeats,
-        },
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {
+        "entries": args.entries,
+        "entrySize": args.size,
+        "window": args.window,
+        "recoveryEntries": args.recovery_entries,
+        "repeats": args.repeats,
+    }
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)

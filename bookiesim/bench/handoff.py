@@ -25,7 +25,6 @@ CPU time per add (``time.process_time``, so waiting is not counted) of each, ``-
 from __future__ import annotations
 
 import argparse
-import datetime
 import mmap
 import os
 import struct
@@ -39,20 +38,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
     new_figures,
     positive_int,
-    publish,
     step_progress,
 )
 from bookiesim.bench.storage import entry_bodies
 from bookiesim.bookie.journal.files import JournalWriter
-from bookiesim.console import make_console
 from bookiesim.proto.entry_header import IDS
 
 if TYPE_CHECKING:
@@ -271,34 +267,24 @@ def _main(args: argparse.Namespace) -> int:
     if args.size < IDS.size:
         print(f"bench handoff: --size must be at least {IDS.size}", file=sys.stderr)
         return 2
-    status = make_console(sys.stderr)
-    command = command_line("handoff", args, {**DEFAULTS, "dir": None})
-    started = datetime.datetime.now(datetime.UTC)
+    bench = BenchRun.start("handoff", args, {**DEFAULTS, "dir": None})
     directory = args.dir if args.dir is not None else Path.cwd()
     directory.mkdir(parents=True, exist_ok=True)
     machine = machine_info(directory)
-    status.print(
+    bench.status.print(
         f"bench handoff: {args.adds:,} adds of {args.size:,} bytes, {args.repeats} run(s) "
         f"({describe_machine(machine)})"
     )
-    with step_progress(status, 2 * args.repeats) as step:
+    with step_progress(bench.status, 2 * args.repeats) as step:
         figures = run_handoff_benchmark(args, step, directory)
-    report = Report(
-        name="handoff",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "adds": args.adds,
-            "size": args.size,
-            "group": args.group,
-            "repeats": args.repeats,
-            "loadAverageAtEnd": [round(x, 2) for x in os.getloadavg()],
-        },
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {
+        "adds": args.adds,
+        "size": args.size,
+        "group": args.group,
+        "repeats": args.repeats,
+        "loadAverageAtEnd": [round(x, 2) for x in os.getloadavg()],
+    }
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)
 
 
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "--consumer":

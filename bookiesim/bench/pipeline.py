@@ -28,7 +28,6 @@ entries are not Pulsar entries, so it costs one magic check per entry).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import subprocess
 import sys
@@ -39,19 +38,16 @@ from typing import TYPE_CHECKING
 
 from bookiesim.bench.baseline import drop_page_cache, raw_sequential_read
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
     new_figures,
     positive_int,
-    publish,
     step_progress,
 )
 from bookiesim.client.digest import DigestManager
-from bookiesim.console import make_console
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 from bookiesim.entrylog.writer import EntryLogWriter
@@ -229,33 +225,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _main(args: argparse.Namespace) -> int:
-    status = make_console(sys.stderr)
     defaults = {"size_mb": 2048, "log_mb": 128, "repeats": 1, "entry_size": ENTRY_SIZE, "dir": None}
-    command = command_line("pipeline", args, defaults)
-    started = datetime.datetime.now(datetime.UTC)
+    bench = BenchRun.start("pipeline", args, defaults)
     workdir = args.dir if args.dir is not None else Path.cwd()
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-pipeline-") as tmp:
         machine = machine_info(Path(tmp))
-        status.print(
+        bench.status.print(
             f"bench pipeline: {args.size_mb} MiB of logs, {args.entry_size} B entries, "
             f"{args.repeats} run(s) ({describe_machine(machine)})"
         )
-        with step_progress(status, 1 + 4 * args.repeats) as step:
+        with step_progress(bench.status, 1 + 4 * args.repeats) as step:
             figures = run_pipeline_benchmark(
                 Path(tmp), args.size_mb, args.log_mb, args.repeats, step, args.entry_size
             )
-    report = Report(
-        name="pipeline",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "sizeMb": args.size_mb,
-            "logMb": args.log_mb,
-            "entrySize": args.entry_size,
-            "repeats": args.repeats,
-        },
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {
+        "sizeMb": args.size_mb,
+        "logMb": args.log_mb,
+        "entrySize": args.entry_size,
+        "repeats": args.repeats,
+    }
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)

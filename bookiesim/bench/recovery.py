@@ -52,14 +52,13 @@ from bookiesim.bench.recovery_run import (
     write_ledgers,
 )
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
     describe_machine,
     machine_info,
     new_figures,
     positive_int,
-    publish,
 )
 from bookiesim.cluster.probe import checkpoints, wait_for_checkpoint
 from bookiesim.cluster.processes import LocalBookie, bookie_process
@@ -322,7 +321,9 @@ def _main(args: argparse.Namespace) -> int:
     if problem is not None:
         status.print(f"bookiesim bench recovery: {problem}")
         return 2
-    started = datetime.datetime.now(datetime.UTC)
+    # Its own command line (``--quick`` and the sizes as given, before ``_resolve`` filled
+    # them in), so the run is built here rather than by ``BenchRun.start``.
+    bench = BenchRun("recovery", _command(args, given), status, datetime.datetime.now(datetime.UTC))
     workdir = args.dir if args.dir is not None else Path.cwd()
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-recovery-") as tmp:
         machine = machine_info(Path(tmp))
@@ -332,21 +333,13 @@ def _main(args: argparse.Namespace) -> int:
             f"Qa{args.ack_quorum}, {args.repeats} run(s) ({describe_machine(machine)})"
         )
         figures, sizes = run_recovery_benchmark(Path(tmp), args)
-    report = Report(
-        name="recovery",
-        command=_command(args, given),
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "bookies": args.bookies,
-            "ledgers": args.ledgers,
-            "ledgerMb": args.ledger_mb,
-            "entrySize": args.entry_size,
-            "quorums": [args.ensemble, args.write_quorum, args.ack_quorum],
-            "repeats": args.repeats,
-            **sizes,
-        },
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {
+        "bookies": args.bookies,
+        "ledgers": args.ledgers,
+        "ledgerMb": args.ledger_mb,
+        "entrySize": args.entry_size,
+        "quorums": [args.ensemble, args.write_quorum, args.ack_quorum],
+        "repeats": args.repeats,
+        **sizes,
+    }
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)

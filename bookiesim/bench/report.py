@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "BenchRun",
     "Figure",
     "Ratio",
     "Report",
@@ -295,6 +296,50 @@ def publish(report: Report, started: datetime.datetime, *, as_json: bool) -> int
         sys.stdout.write(json.dumps(report.to_json()) + "\n")
         sys.stdout.flush()
     return 0
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One ``bookiesim bench NAME`` command from its start to its report.
+
+    Every benchmark opened and closed the same way (status console, reproducing command,
+    start time; then a report named, dated and timed from that start); one object keeps
+    the name, command and clock in step instead of each ``_main`` repeating them.
+    """
+
+    name: str
+    command: str
+    status: Console
+    started: datetime.datetime
+
+    @classmethod
+    def start(cls, name: str, args: argparse.Namespace, defaults: Mapping[str, object]) -> BenchRun:
+        """The status console (stderr), the command that reproduces ``args``, and now."""
+        status = make_console(sys.stderr)
+        command = command_line(name, args, defaults)
+        return cls(name, command, status, datetime.datetime.now(datetime.UTC))
+
+    def finish(
+        self,
+        settings: dict[str, object],
+        figures: dict[str, Figure],
+        ratios: Iterable[Ratio],
+        machine: dict[str, object],
+        *,
+        as_json: bool,
+    ) -> int:
+        """Report the run (see ``publish``) and return the exit code; ``settings`` go into
+        the JSON as given, so each benchmark keeps its own keys."""
+        report = Report(
+            name=self.name,
+            command=self.command,
+            date=self.started.isoformat(timespec="seconds"),
+            settings=settings,
+            figures=figures,
+            ratios=list(ratios),
+            machine=machine,
+        )
+        return publish(report, self.started, as_json=as_json)
 
 
 def positive_int(text: str) -> int:

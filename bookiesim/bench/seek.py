@@ -24,7 +24,6 @@ as plain over compressed, ≥ 4).
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import random
 import sys
@@ -36,15 +35,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
-    publish,
 )
-from bookiesim.console import make_console
 from bookiesim.mledger.compression import (
     CompressionType,
     MetadataCompressionConfig,
@@ -275,27 +271,17 @@ def _main(args: argparse.Namespace) -> int:
     if args.entries < args.ledgers:
         print("bench seek: need at least one entry per ledger", file=sys.stderr)
         return 2
-    status_console = make_console(sys.stderr)
-    command = command_line("seek", args, {**DEFAULTS, "repeats": 3})
-    started = datetime.datetime.now(datetime.UTC)
+    bench = BenchRun.start("seek", args, {**DEFAULTS, "repeats": 3})
     machine = machine_info(Path.cwd())
-    status_console.print(f"bench seek ({describe_machine(machine)})", markup=False)
-    figures = run_seek_benchmark(args, lambda text: status_console.print(text, markup=False))
-    report = Report(
-        name="seek",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "entries": args.entries,
-            "ledgers": args.ledgers,
-            "seeksPerKind": args.seeks,
-            "ackHoles": args.holes,
-            "repeats": args.repeats,
-            "source": "in-memory ledger reader (MemoryTopic), not a cluster",
-            "maxClockSkewMs": SKEW_MS,
-        },
-        figures=figures,
-        ratios=_ratios(),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    bench.status.print(f"bench seek ({describe_machine(machine)})", markup=False)
+    figures = run_seek_benchmark(args, lambda text: bench.status.print(text, markup=False))
+    settings: dict[str, object] = {
+        "entries": args.entries,
+        "ledgers": args.ledgers,
+        "seeksPerKind": args.seeks,
+        "ackHoles": args.holes,
+        "repeats": args.repeats,
+        "source": "in-memory ledger reader (MemoryTopic), not a cluster",
+        "maxClockSkewMs": SKEW_MS,
+    }
+    return bench.finish(settings, figures, _ratios(), machine, as_json=args.json)

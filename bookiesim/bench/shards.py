@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import shutil
@@ -40,19 +39,16 @@ from typing import TYPE_CHECKING, Any, Final
 from bookiesim.bench.bookie import process_cpu_seconds
 from bookiesim.bench.compare_run import SETTINGS
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
     new_figures,
     positive_int,
-    publish,
     step_progress,
 )
 from bookiesim.cluster.processes import bookie_process
-from bookiesim.console import make_console
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -194,36 +190,26 @@ def _main(args: argparse.Namespace) -> int:
     if args.ledgers < CLIENTS or args.adds < CLIENTS:
         print(f"bench shards: --ledgers and --adds must be at least {CLIENTS}", file=sys.stderr)
         return 2
-    status = make_console(sys.stderr)
-    command = command_line("shards", args, {**DEFAULTS, "dir": None})
-    started = datetime.datetime.now(datetime.UTC)
+    bench = BenchRun.start("shards", args, {**DEFAULTS, "dir": None})
     directory = args.dir if args.dir is not None else Path.cwd()
     directory.mkdir(parents=True, exist_ok=True)
     machine = machine_info(directory)
-    status.print(
+    bench.status.print(
         f"bench shards: {args.adds:,} adds of {args.size:,} bytes over {args.ledgers} ledgers "
         f"per run, {args.repeats} repetition(s) ({describe_machine(machine)})"
     )
-    with step_progress(status, len(LAYOUTS) * args.repeats) as step:
+    with step_progress(bench.status, len(LAYOUTS) * args.repeats) as step:
         try:
             figures = run_shards_benchmark(args, step, directory)
         except RuntimeError as exc:
             print(f"bench shards: {exc}", file=sys.stderr)
             return 1
-    report = Report(
-        name="shards",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "adds": args.adds,
-            "ledgers": args.ledgers,
-            "size": args.size,
-            "repeats": args.repeats,
-            "bookieSettings": {k: str(v) for k, v in SETTINGS.items()},
-            "loadAverageAtEnd": [round(x, 2) for x in os.getloadavg()],
-        },
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {
+        "adds": args.adds,
+        "ledgers": args.ledgers,
+        "size": args.size,
+        "repeats": args.repeats,
+        "bookieSettings": {k: str(v) for k, v in SETTINGS.items()},
+        "loadAverageAtEnd": [round(x, 2) for x in os.getloadavg()],
+    }
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)

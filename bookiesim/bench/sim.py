@@ -23,7 +23,6 @@ network, the disk's images) and, for the busy seeds, the invariant checks after 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import time
@@ -32,17 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
     new_figures,
-    publish,
     step_progress,
 )
-from bookiesim.console import make_console
 from bookiesim.sim.runner import SimSettings, quiet_logs, run_simulation
 from bookiesim.sim.stepper import SimStepper
 
@@ -189,34 +185,24 @@ def _main(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             print(f"bench sim: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
-    status = make_console(sys.stderr)
-    command = command_line("sim", args, {**DEFAULTS, "repeats": 3})
-    started = datetime.datetime.now(datetime.UTC)
+    bench = BenchRun.start("sim", args, {**DEFAULTS, "repeats": 3})
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     machine = machine_info(Path("/dev/shm") if Path("/dev/shm").is_dir() else Path.cwd())
-    status.print(
+    bench.status.print(
         f"bench sim: {args.ledgers:,} ledgers then {args.idle:,.0f} s idle, "
         f"{args.busy_seeds} busy seed(s), {args.repeats} run(s) ({describe_machine(machine)})"
     )
-    with quiet_logs(), step_progress(status, args.repeats * (1 + args.busy_seeds)) as step:
+    with quiet_logs(), step_progress(bench.status, args.repeats * (1 + args.busy_seeds)) as step:
         figures = run_sim_benchmark(args, step)
-    report = Report(
-        name="sim",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={
-            "ledgers": args.ledgers,
-            "entriesPerLedger": args.entries,
-            "idleSeconds": args.idle,
-            "busySeeds": args.busy_seeds,
-            "busySteps": args.busy_steps,
-            "repeats": args.repeats,
-            # On a shared 2-core machine a figure means little without the load it ran under.
-            "loadAverageAtStart": load_at_start,
-            "loadAverageAtEnd": [round(x, 2) for x in os.getloadavg()],
-        },
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {
+        "ledgers": args.ledgers,
+        "entriesPerLedger": args.entries,
+        "idleSeconds": args.idle,
+        "busySeeds": args.busy_seeds,
+        "busySteps": args.busy_steps,
+        "repeats": args.repeats,
+        # On a shared 2-core machine a figure means little without the load it ran under.
+        "loadAverageAtStart": load_at_start,
+        "loadAverageAtEnd": [round(x, 2) for x in os.getloadavg()],
+    }
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)

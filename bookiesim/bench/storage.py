@@ -31,10 +31,8 @@ including the final fsync.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,19 +46,16 @@ from bookiesim.bench.baseline import (
     raw_sequential_write,
 )
 from bookiesim.bench.report import (
+    BenchRun,
     Figure,
     Ratio,
-    Report,
-    command_line,
     describe_machine,
     machine_info,
     new_figures,
     positive_int,
-    publish,
     step_progress,
 )
 from bookiesim.bookie.journal import DataRecord, JournalWriter
-from bookiesim.console import make_console
 from bookiesim.entrylog.reader import EntryLogReader
 from bookiesim.entrylog.scanner import scan_entry_log_batches
 from bookiesim.entrylog.writer import EntryLogWriter
@@ -324,20 +319,18 @@ STEPS_PER_REPEAT = 9
 
 
 def _main(args: argparse.Namespace) -> int:
-    status = make_console(sys.stderr)
-    command = command_line(
+    bench = BenchRun.start(
         "storage", args, {"dir": None, "size_mb": DEFAULT_SIZE_MB, "repeats": DEFAULT_REPEATS}
     )
-    started = datetime.datetime.now(datetime.UTC)
     with _work_dir(args.dir) as work:
         machine = machine_info(work)
-        status.print(
+        bench.status.print(
             f"bench storage: {args.size_mb} MiB per file, {args.repeats} run(s), in {work} "
             f"({describe_machine(machine)})"
         )
         total = args.repeats * STEPS_PER_REPEAT
         calls = 0
-        with step_progress(status, total) as step:
+        with step_progress(bench.status, total) as step:
 
             def numbered(name: str) -> None:
                 nonlocal calls
@@ -345,13 +338,5 @@ def _main(args: argparse.Namespace) -> int:
                 calls += 1
 
             figures = run_storage_benchmark(work, args.size_mb, args.repeats, numbered)
-    report = Report(
-        name="storage",
-        command=command,
-        date=started.isoformat(timespec="seconds"),
-        settings={"sizeMb": args.size_mb, "repeats": args.repeats},
-        figures=figures,
-        ratios=list(RATIOS),
-        machine=machine,
-    )
-    return publish(report, started, as_json=args.json)
+    settings: dict[str, object] = {"sizeMb": args.size_mb, "repeats": args.repeats}
+    return bench.finish(settings, figures, RATIOS, machine, as_json=args.json)
