@@ -361,7 +361,7 @@ class SqliteStore:
                 result = fn(conn)
                 conn.execute("COMMIT")
             except BaseException as exc:
-                conn.execute("ROLLBACK")
+                _roll_back(conn)
                 if isinstance(exc, sqlite3.OperationalError):
                     raise StoreUnavailableError(f"{path}: {self._uri}: {exc}") from exc
                 raise
@@ -435,6 +435,18 @@ class SqliteStore:
             if zxid != self._seen_zxid:
                 self._seen_zxid = zxid
                 self._broadcast()
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Undo a failed transaction, if SQLite has not already: a COMMIT that fails for a
+    full disk (SQLITE_FULL) or I/O error rolls the transaction back itself, and a ROLLBACK
+    then would raise "no transaction is active" over the error that matters."""
+    if not conn.in_transaction:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        log.warning("rollback after a failed transaction failed: %s", exc)
 
 
 @asynccontextmanager

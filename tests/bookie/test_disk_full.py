@@ -18,10 +18,9 @@ import os
 import subprocess
 import time
 import urllib.request
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
-import pytest
 import trio
 
 from bookiesim.bookie import exit_codes
@@ -36,9 +35,10 @@ from bookiesim.metadata.registration import live_bookies, read_only_bookies
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.frames import NEED_DATA, FrameDecoder, encode_frame
+from tests.mounts import mounted_tmpfs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
     from pathlib import Path
 
     from bookiesim.metadata.store import MetadataStore
@@ -54,35 +54,6 @@ DISK_SETTINGS = (
     "diskUsageWarnThreshold=0.85",
     "diskUsageLwmThreshold=0.70",
 )
-
-
-def _cannot_mount(reason: str) -> None:
-    # As tests/conftest.py does for ZooKeeper: under CI a missing privilege is a failure.
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and a real full disk cannot be tested: {reason}")
-    pytest.skip(f"a real full disk is not tested: {reason}")
-
-
-@contextmanager
-def mounted_tmpfs(where: Path, size: int, *, read_only: bool = False) -> Iterator[Path]:
-    """A tmpfs of ``size`` bytes mounted at ``where`` for the block, always unmounted."""
-    if os.geteuid() != 0:
-        _cannot_mount("mounting a small file system needs root")
-    where.mkdir(parents=True, exist_ok=True)
-    options = f"size={size}" + (",ro" if read_only else "")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        _cannot_mount(f"mount -t tmpfs failed: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        # Lazy: a bookie killed a moment ago may still hold a file open.
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def used_fraction(path: Path) -> float:
