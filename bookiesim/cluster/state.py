@@ -115,16 +115,24 @@ def scrape_config(http_ports: list[int], interval: str = "5s") -> str:
 
 
 def _replace(path: Path, text: str) -> None:
+    """Replace ``path`` whole or not at all: a full disk leaves the previous file as it was
+    (and no temporary file), and says so as a :class:`ClusterError`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise ClusterError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def write_state(root: Path, state: dict[str, Any]) -> None:
-    """Write ``cluster.json`` and the scrape config (the bookies' admin ports known so far)."""
+    """Write ``cluster.json`` and the scrape config (the bookies' admin ports known so far);
+    :class:`ClusterError` when the disk refuses (the previous files stay as they were)."""
     ports = [b["httpServerPort"] for b in state["bookies"] if b.get("httpServerPort")]
     _replace(root / SCRAPE_FILE, scrape_config(ports, state.get("scrapeInterval", "5s")))
     _replace(root / STATE_FILE, json.dumps(state, indent=2) + "\n")

@@ -4,6 +4,7 @@ replaces exactly the keys it names."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from bookiesim.cluster.control import merged_settings
 from bookiesim.cluster.processes import ClusterError
 from bookiesim.cluster.state import FORMAT, find_bookie, read_state, write_state
+from tests.mounts import mounted_tmpfs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,3 +73,27 @@ def test_a_file_that_is_no_cluster_is_one_line(tmp_path: Path) -> None:
         read_state(tmp_path)
     assert "\n" not in str(caught.value)
     assert "not a cluster description bookiesim can read" in str(caught.value)
+
+
+def test_a_full_disk_leaves_the_previous_state_whole_and_says_so(tmp_path: Path) -> None:
+    """``cluster down`` on a disk a user filled: the state cannot be written, the files of
+    the last write stay as they were, no temporary file is left, and the error is a line."""
+    with mounted_tmpfs(tmp_path / "small", 1 << 20) as root:
+        state = {
+            "metadata": f"sqlite:///{root}/metadata.db",
+            "settings": [],
+            "bookies": [],
+            "prometheus": None,
+        }
+        (root / "cluster.json").write_text(json.dumps(state))
+        state = read_state(root)
+        write_state(root, state)
+        before = {p.name: p.read_bytes() for p in root.iterdir()}
+        with (root / "filler").open("wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(bytes(4096))
+        state["settings"] = ["x=" + "y" * 8192]  # more than the disk has left
+        with pytest.raises(ClusterError, match=r"cannot write .*: No space left on device"):
+            write_state(root, state)
+        (root / "filler").unlink()
+        assert {p.name: p.read_bytes() for p in root.iterdir()} == before
