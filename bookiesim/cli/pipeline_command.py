@@ -200,7 +200,11 @@ def run_job(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     files, skipped = found.files, found.skipped
     if not files:
         never = f" ({len(found.empty)} never written)" if found.empty else ""
-        raise JobError(f"no entries in entry logs under {', '.join(args.input)}{never}")
+        raise JobError(
+            f"no entries in entry logs under {', '.join(args.input)}{never}; a running "
+            "bookie's newest entries are in its journal until its next checkpoint (every "
+            "flushInterval), or stop it (cluster stop/down): its last checkpoint writes them"
+        )
     for note in found.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for bad in skipped:

@@ -165,3 +165,20 @@ def test_ctrl_c_in_the_experiment_says_how_far_it_got(tmp_path: Path) -> None:
     assert line.startswith("bookiesim sim elpl: interrupted: 0 of ")
     assert "runs finished, run 'interleaved' stopped at " in line
     assert line.endswith("nothing written (an interrupted experiment has no summary)")
+
+
+def test_a_pipeline_over_logs_with_no_entries_says_where_the_entries_are(tmp_path: Path) -> None:
+    """A user's journey: Spark pointed at a running cluster seconds after a write, its
+    entries still in the bookies' journals; one line, before Spark starts."""
+    current = tmp_path / "bookie-1" / "ledgers" / "current"
+    current.mkdir(parents=True)
+    (current / "0.log").touch()
+    done = bookiesim(
+        "pipeline", "inventory", "--input", str(tmp_path), "--output", str(tmp_path / "out")
+    )
+    assert done.returncode == 1
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "no entries in entry logs under" in lines[0]
+    assert "(1 never written)" in lines[0]
+    assert "in its journal until its next checkpoint" in lines[0]
