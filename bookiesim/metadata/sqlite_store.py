@@ -32,8 +32,10 @@ How ZooKeeper's semantics are kept
   a resumed laptop does not expire every session at once). Rows stamped under another boot id
   (``/proc/sys/kernel/random/boot_id``) or "in the future" are stale by definition. The sleeps
   between heartbeats and polls use trio's clock like every other timer.
-* **Change notification.** A poller reads ``counters.zxid`` every ``poll_interval`` (only while
-  some watch is open) and wakes the watches, which re-read their node. Our own writes wake
+* **Change notification.** While some watch is open, a poller reads ``counters.zxid`` when a
+  file of the database was written (inotify, :mod:`.sqlite_changes`; at most every
+  ``poll_interval``, and every third of the session timeout as a net; without inotify, every
+  ``poll_interval``) and wakes the watches, which re-read their node. Our own writes wake
   them at once.
 * **Durability.** ``synchronous=FULL``: a committed ledger close survives power loss.
 
@@ -66,6 +68,7 @@ from bookiesim.metadata.errors import (
     SessionExpiredError,
     StoreUnavailableError,
 )
+from bookiesim.metadata.sqlite_changes import open_file_changes
 from bookiesim.metadata.sqlite_sessions import SqliteSessions
 from bookiesim.metadata.sqlite_tree import (
     create_node_tx,
@@ -161,6 +164,10 @@ class SqliteStore:
         self._renewed = trio.Event()
         self._seen_zxid = -1
         self._watchers = 0
+        self._watched = trio.Event()
+        """Set when a watch opens: the change poll sleeps while none is open."""
+        self.change_polls = 0
+        """How many times the change counter was read for the watches (tests count them)."""
 
     # --- MetadataStore ---------------------------------------------------------------------
 
@@ -230,6 +237,7 @@ class SqliteStore:
     async def watch(self, path: str) -> AsyncIterator[AsyncIterator[Change]]:
         validate_path(path)
         self._watchers += 1
+        self._watched.set()
         try:
             yield LevelWatch(path, lambda: self._changed, lambda _event: self._stat(path))
         finally:
@@ -422,19 +430,40 @@ class SqliteStore:
             self._note_renewal(before)
 
     async def _poll_loop(self) -> None:
-        """Wake the watches when another process changed the tree."""
-        while True:
-            await trio.sleep(self.poll_interval)
-            if not self._watchers:
-                continue
-            try:
-                zxid = await self._run(read_zxid, "/")
-            except StoreUnavailableError as exc:
-                log.warning("%s: change poll failed (will retry): %s", self._uri, exc)
-                continue
-            if zxid != self._seen_zxid:
-                self._seen_zxid = zxid
-                self._broadcast()
+        """Wake the watches when another process changed the tree.
+
+        The change counter is read only while a watch is open, and then when a file of the
+        database was written (:mod:`.sqlite_changes`), at most every ``poll_interval``, and
+        every third of the session timeout as a net; where inotify is not to be had, every
+        ``poll_interval``. An idle store with watches open then sleeps instead of waking
+        twenty times a second."""
+        changes = open_file_changes(self.db_path)
+        try:
+            while True:
+                if not self._watchers:
+                    self._watched = trio.Event()
+                    await self._watched.wait()
+                read_at = trio.current_time()
+                if changes is None:
+                    await trio.sleep(self.poll_interval)
+                else:
+                    await changes.wait(self.session_timeout / 3)
+                if not self._watchers:
+                    continue
+                self.change_polls += 1
+                try:
+                    zxid = await self._run(read_zxid, "/")
+                except StoreUnavailableError as exc:
+                    log.warning("%s: change poll failed (will retry): %s", self._uri, exc)
+                    continue
+                if zxid != self._seen_zxid:
+                    self._seen_zxid = zxid
+                    self._broadcast()
+                # A storm of others' commits is read at the poll's pace, not once each.
+                await trio.sleep_until(read_at + self.poll_interval)
+        finally:
+            if changes is not None:
+                changes.close()
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:
