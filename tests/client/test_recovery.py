@@ -243,7 +243,8 @@ async def test_recovery_replaces_a_dead_bookie_in_one_close(
             assert sorted(handle.metadata.ensembles) == [0]
             assert r.stats.adds_under_replicated == 1
             holding = await holders(r, lid, handle.metadata, 19)
-            assert len(holding) == 2 and dead not in holding
+            assert len(holding) == 2
+            assert dead not in holding
         await cluster.start_bookie(dead)
         await check_recovered(r, handle, list(range(20)))
 

@@ -79,13 +79,13 @@ def test_a_full_disk_leaves_the_previous_state_whole_and_says_so(tmp_path: Path)
     """``cluster down`` on a disk a user filled: the state cannot be written, the files of
     the last write stay as they were, no temporary file is left, and the error is a line."""
     with mounted_tmpfs(tmp_path / "small", 1 << 20) as root:
-        state = {
+        previous: dict[str, object] = {
             "metadata": f"sqlite:///{root}/metadata.db",
             "settings": [],
             "bookies": [],
             "prometheus": None,
         }
-        (root / "cluster.json").write_text(json.dumps(state))
+        (root / "cluster.json").write_text(json.dumps(previous))
         state = read_state(root)
         write_state(root, state)
         before = {p.name: p.read_bytes() for p in root.iterdir()}
