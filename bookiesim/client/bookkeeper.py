@@ -37,6 +37,7 @@ from bookiesim.client.errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnauthorizedError,
+    read_only_note,
 )
 from bookiesim.client.ledger_handle import LedgerHandle
 from bookiesim.client.read_handle import LedgerEntry, ReadOnlyLedgerHandle
@@ -51,7 +52,12 @@ from bookiesim.metadata.ledgers import (
     LedgerMetadata,
     LedgerState,
 )
-from bookiesim.metadata.registration import BookieInfo, bookie_address, live_bookies
+from bookiesim.metadata.registration import (
+    BookieInfo,
+    bookie_address,
+    live_bookies,
+    read_only_bookies,
+)
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.tls import client_context
 from bookiesim.proto.tls_refresh import RefreshingContext
@@ -174,6 +180,10 @@ class BookKeeper:
         """The bookies registered now, by id."""
         return await live_bookies(self.store, self.ledgers_root)
 
+    async def read_only_bookies(self) -> dict[str, BookieInfo]:
+        """The bookies registered read-only now, by id."""
+        return await read_only_bookies(self.store, self.ledgers_root)
+
     async def _connect_registered(self, bookie_id: str) -> trio.abc.Stream:
         host, port = await bookie_address(self.store, bookie_id, self.ledgers_root)
         return await self._secure(await trio.open_tcp_stream(host, port), host)
@@ -220,7 +230,7 @@ class BookKeeper:
         if len(live) < ensemble_size:
             raise NotEnoughBookiesError(
                 f"an ensemble of {ensemble_size} needs that many live bookies; "
-                f"{len(live)} registered ({live})"
+                f"{len(live)} registered ({live})" + read_only_note(await self.read_only_bookies())
             )
         ensemble = tuple(self.rng.sample(live, ensemble_size))
         metadata = LedgerMetadata(

@@ -148,6 +148,11 @@ class ClientContext(Protocol):
         """The bookies registered now, by id."""
         ...
 
+    async def read_only_bookies(self) -> dict[str, BookieInfo]:
+        """The bookies registered read-only now (full disks, or an operator's choice), by
+        id: never chosen, but named when too few writable ones are left."""
+        ...
+
     def send_write_close(self, ledger_id: int, metadata: LedgerMetadata, master_key: bytes) -> None:
         """Tell the ledger's bookies that its writer is done, in the background."""
         ...

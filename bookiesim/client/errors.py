@@ -13,7 +13,12 @@ in its message, so one log line is enough to find the ledger and the bookie conc
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 __all__ = [
     "BKError",
@@ -27,6 +32,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NotEnoughBookiesError",
     "UnauthorizedError",
+    "read_only_note",
     "status_name",
 ]
 
@@ -111,6 +117,17 @@ class LedgerClosedError(BKError):
 
 class NotEnoughBookiesError(BKError):
     """Fewer live bookies than an ensemble (or a replacement) needs."""
+
+
+def read_only_note(read_only: Collection[str]) -> str:
+    """What a NotEnoughBookiesError adds about bookies that are there but read-only: a user
+    whose disks filled up sees why none of the running bookies counts."""
+    if not read_only:
+        return ""
+    return (
+        f"; {len(read_only)} more registered read-only ({sorted(read_only)}): full disks, "
+        "or made read-only by an operator"
+    )
 
 
 class NoSuchLedgerError(BKError):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from bookiesim.client.errors import NotEnoughBookiesError
+from bookiesim.client.errors import NotEnoughBookiesError, read_only_note
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +49,8 @@ async def replacement_ensemble(
             raise NotEnoughBookiesError(
                 f"cannot replace {sorted(failed.values())}: {len(spare)} spare live "
                 f"bookies ({sorted(spare)}), {needed} needed"
-                + (f"; {given_up} kept failing this handle" if given_up else ""),
+                + (f"; {given_up} kept failing this handle" if given_up else "")
+                + read_only_note(await ctx.read_only_bookies()),
                 ledger_id=ledger_id,
             )
         if len(candidates) < needed:

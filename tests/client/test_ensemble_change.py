@@ -22,6 +22,7 @@ from bookiesim.client import (
     NotEnoughBookiesError,
 )
 from bookiesim.cluster.in_process import FaultyConnector, LocalCluster, running_cluster
+from bookiesim.metadata.registration import BookieInfo, register_bookie
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from tests.client.conftest import TEST_CONFIG
 from tests.client.helpers import holders, payload, wait_until
@@ -365,3 +366,19 @@ async def test_a_bookie_that_fails_an_add_after_its_quorum_is_replaced_at_the_ne
     assert victim not in metadata.ensembles[1]
     await check_closed_ledger(bk, lh, [0, 1])
     assert victim not in await holders(bk, lid, metadata, 0)
+
+
+async def test_too_few_writable_bookies_names_the_read_only_ones(
+    cluster: LocalCluster, bk: BookKeeper
+) -> None:
+    """A user whose disks filled up: every bookie runs, none is writable; the error says
+    which are there read-only rather than only "0 registered"."""
+    live = sorted(await bk.live_bookies())
+    async with register_bookie(cluster.store, BookieInfo("127.0.0.1:1")) as registration:
+        await registration.set_read_only()
+        with pytest.raises(NotEnoughBookiesError) as info:
+            await bk.create_ledger(len(live) + 1, 1, 1)
+    assert str(info.value).endswith(
+        f"{len(live)} registered ({live}); 1 more registered read-only (['127.0.0.1:1']): "
+        "full disks, or made read-only by an operator"
+    )

@@ -56,6 +56,9 @@ class _Context:
     async def live_bookies(self) -> dict[str, object]:
         return self.live
 
+    async def read_only_bookies(self) -> dict[str, object]:
+        return {}
+
     def send_write_close(self, ledger_id: int, metadata: object, master_key: bytes) -> None:
         raise AssertionError("not in these tests")
 
