@@ -41,6 +41,7 @@ __all__ = [
     "INTERRUPTED",
     "Action",
     "CommandError",
+    "FailedAfter",
     "Interrupted",
     "bytes_json",
     "cluster_tls",
@@ -63,6 +64,12 @@ class CommandError(Exception):
 
 class Interrupted(Exception):
     """Ctrl-C stopped the action; the message says what it had done (exit 130)."""
+
+
+class FailedAfter(Exception):
+    """The action failed after part of its writes were acknowledged; the message says how
+    many and where, then why (exit 1): a user who broke the cluster on purpose needs the
+    acknowledged part to check that none of it is lost."""
 
 
 async def until_interrupted(work: Callable[[], Awaitable[None]]) -> bool:
@@ -264,7 +271,13 @@ def run_action(
         if isinstance(value, int) and value < 0:
             console.print(f"{command}: {label} must be 0 or more, got {value}", markup=False)
             return 2
-    handled: tuple[type[Exception], ...] = (BKError, MetadataError, ClusterError, ValueError)
+    handled: tuple[type[Exception], ...] = (
+        BKError,
+        MetadataError,
+        ClusterError,
+        ValueError,
+        FailedAfter,
+    )
     handled += errors
     try:
         with _library_log(getattr(args, "verbose", False)):

@@ -38,14 +38,16 @@ from rich.console import Console
 
 from bookiesim.cli.client_actions import (
     CommandError,
+    FailedAfter,
     bytes_json,
     cluster_tls,
     generated_payload,
     metadata_uri,
     run_action,
 )
-from bookiesim.client import BookKeeper, ClientConfig
+from bookiesim.client import BKError, BookKeeper, ClientConfig
 from bookiesim.console import LineWriter
+from bookiesim.metadata.errors import MetadataError
 from bookiesim.mledger.compression import CorruptManagedInfoError
 from bookiesim.mledger.config import ManagedLedgerConfig
 from bookiesim.mledger.errors import ManagedLedgerError
@@ -141,26 +143,34 @@ async def produce(args: argparse.Namespace, out: LineWriter, console: Console) -
         raise CommandError("--size needs --count (without --count, messages come from stdin)")
     if args.size is None:
         args.size = 100
-    count = 0
+    count = stored = 0
     first: Position | None = None
     last: Position | None = None
     async with _topic(args) as ml:
         batch: list[Message] = []
 
         async def flush() -> None:
-            nonlocal first, last
+            nonlocal first, last, stored
             if batch:
                 positions = await ml.publish(batch)
                 first = first or positions[0]
                 last = positions[-1]
+                stored += len(batch)
                 batch.clear()
 
-        for payload in _payloads(args):
-            batch.append(Message(payload))
-            count += 1
-            if len(batch) >= PUBLISH_BATCH:
-                await flush()
-        await flush()
+        try:
+            for payload in _payloads(args):
+                batch.append(Message(payload))
+                count += 1
+                if len(batch) >= PUBLISH_BATCH:
+                    await flush()
+            await flush()
+        except (BKError, MetadataError, ManagedLedgerError) as exc:
+            if not stored:
+                raise
+            raise FailedAfter(
+                f"{stored} messages stored (positions {first}..{last}), then: {exc}"
+            ) from exc
         summary = {
             "name": ml.name,
             "messages": count,

@@ -9,6 +9,7 @@ managed ledger wrote, compressed or not.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,3 +127,44 @@ def test_consume_and_seek_refuse_what_does_not_exist(
     err = capsys.readouterr().err
     assert err == "topic seek: 't/ns/seek' has no subscription 'nosub' (consume creates one)\n"
     assert topic(capsys, cluster, "cursors", "t/ns/seek") == []  # nothing created
+
+
+def test_a_produce_that_fails_midway_says_what_was_stored(
+    cluster: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user breaking the cluster on purpose must learn which messages were stored before
+    the failure (to check that none is lost), not only the failure."""
+    from bookiesim.cli import topic_command
+    from bookiesim.mledger.errors import ManagedLedgerError
+    from bookiesim.mledger.managed_ledger import ManagedLedger
+
+    publish = ManagedLedger.publish
+    calls = 0
+
+    async def failing_third(self: ManagedLedger, batch: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise ManagedLedgerError("the bookies went away")
+        return await publish(self, batch)
+
+    monkeypatch.setattr(ManagedLedger, "publish", failing_third)
+    count = str(5 * topic_command.PUBLISH_BATCH)
+    capsys.readouterr()
+    assert (
+        main(["topic", "produce", "t/ns/midway", "--count", count, "--cluster", str(cluster)]) == 1
+    )
+    err = capsys.readouterr().err.strip()
+    stored = 2 * topic_command.PUBLISH_BATCH
+    said = re.fullmatch(
+        rf"topic produce: {stored} messages stored \(positions (\d+):0\.\.\1:{stored - 1}\), "
+        r"then: the bookies went away",
+        err,
+    )
+    assert said is not None, err
+    monkeypatch.setattr(ManagedLedger, "publish", publish)
+    entries = topic(
+        capsys, cluster, "consume", "t/ns/midway", "-s", "s", "--earliest", "--count", count
+    )
+    assert [e["index"] for e in entries] == list(range(stored))
+    assert entries[-1]["position"] == f"{said.group(1)}:{stored - 1}"
