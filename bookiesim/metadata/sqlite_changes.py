@@ -53,10 +53,11 @@ class FileChanges:
     async def wait(self, at_most: float) -> bool:
         """Return once a file of the database was written since the last call (True), or
         after ``at_most`` seconds without one (False)."""
+        deadline = trio.current_time() + at_most  # other files' events do not push it
         while True:
             if self._drain():
                 return True
-            with trio.move_on_after(at_most) as waited:
+            with trio.move_on_at(deadline) as waited:
                 await trio.lowlevel.wait_readable(self._fd)
             if waited.cancelled_caught:
                 return self._drain()

@@ -74,3 +74,24 @@ async def test_writes_to_other_files_of_the_directory_are_not_changes(tmp_path: 
 
 def test_a_directory_that_cannot_be_watched_falls_back_to_the_timer(tmp_path: Path) -> None:
     assert open_file_changes(tmp_path / "missing" / "meta.db") is None
+
+
+async def test_other_files_written_all_the_time_do_not_postpone_the_net(tmp_path: Path) -> None:
+    changes = open_file_changes(tmp_path / "meta.db")
+    assert isinstance(changes, FileChanges)
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def churn() -> None:
+                while True:
+                    (tmp_path / "cluster.json").write_text("{}")
+                    await trio.sleep(0.02)
+
+            nursery.start_soon(churn)
+            started = trio.current_time()
+            with trio.fail_after(5):
+                assert not await changes.wait(0.3)
+            assert trio.current_time() - started < 1.0
+            nursery.cancel_scope.cancel()
+    finally:
+        changes.close()
