@@ -70,7 +70,7 @@ from bookiesim.metadata.cluster import ensure_cluster, ledgers_root_of
 from bookiesim.metadata.errors import MetadataError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from bookiesim.metadata.cookies import Cookie
 
@@ -423,11 +423,17 @@ def cluster_up(
 # -- one bookie ------------------------------------------------------------------------------
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def _wait_until(done: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    """Poll ``done`` (a process's state: signals are delivered asynchronously) until it
+    holds or ``timeout`` passes; whether it holds."""
     deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not pid_alive(pid)
+    while not done() and time.monotonic() < deadline:
+        time.sleep(step)
+    return done()
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    return _wait_until(lambda: not pid_alive(pid), timeout)
 
 
 def _terminate(pid: int) -> None:
@@ -484,31 +490,31 @@ def pause_bookie(root: Path, which: str) -> tuple[str, bool]:
     """SIGSTOP one bookie: its process stays, its sockets stay open and its ZooKeeper
     session expires after zkTimeout (a long GC pause, a VM stall); the line to print and
     whether it changed anything. ``status`` shows it ``paused``; ``resume`` ends it."""
-    return _signal_one(root, which, "pause", signal.SIGSTOP)
+    return _pause_or_resume(root, which, pause=True)
 
 
 def resume_bookie(root: Path, which: str) -> tuple[str, bool]:
     """SIGCONT one paused bookie; the line to print and whether it changed anything."""
-    return _signal_one(root, which, "resume", signal.SIGCONT)
+    return _pause_or_resume(root, which, pause=False)
 
 
-def _signal_one(root: Path, which: str, verb: str, sig: signal.Signals) -> tuple[str, bool]:
+def _pause_or_resume(root: Path, which: str, *, pause: bool) -> tuple[str, bool]:
+    verb, sig = ("pause", signal.SIGSTOP) if pause else ("resume", signal.SIGCONT)
     with cluster_lock(root, verb):
         state = read_state(root)
         record = find_bookie(state, which)
         adopt_unrecorded(state)
         write_state(root, state)
+        pid = record["pid"]
         name = f"{record['name']} ({record['bookieId']})"
-        if not pid_alive(record["pid"]):
+        if not pid_alive(pid):
             return f"{record['name']}: not running ({down_state(record)})", False
-        if pid_paused(record["pid"]) == (verb == "pause"):
-            return f"{name}: already {'paused' if verb == 'pause' else 'running'}", False
+        if pid_paused(pid) == pause:
+            return f"{name}: already {'paused' if pause else 'running'}", False
         with contextlib.suppress(ProcessLookupError):
-            os.kill(record["pid"], sig)
-        deadline = time.monotonic() + 5
-        while pid_paused(record["pid"]) != (verb == "pause") and time.monotonic() < deadline:
-            time.sleep(0.01)  # the signal is delivered asynchronously
-    return f"{name}: {'paused (SIGSTOP)' if verb == 'pause' else 'resumed (SIGCONT)'}", True
+            os.kill(pid, sig)
+        _wait_until(lambda: pid_paused(pid) == pause, 5, step=0.01)
+    return f"{name}: {'paused (SIGSTOP)' if pause else 'resumed (SIGCONT)'}", True
 
 
 def start_bookie(root: Path, which: str) -> tuple[str, bool]:
