@@ -436,6 +436,15 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return _wait_until(lambda: not pid_alive(pid), timeout)
 
 
+def _record_after(root: Path, state: dict[str, Any], done: str) -> None:
+    """Write the state after a signal already did its work: a disk with no room for it is
+    one line that still says what was done (exit 1), not only that a file failed."""
+    try:
+        write_state(root, state)
+    except ClusterError as exc:
+        raise ClusterError(f"{done}, but {exc}") from exc
+
+
 def _terminate(pid: int) -> None:
     """SIGTERM, then SIGCONT as systemd sends it: a paused bookie (``cluster pause``, or
     SIGSTOP from elsewhere) only acts on the SIGTERM, its final checkpoint, once it runs."""
@@ -463,10 +472,10 @@ def stop_bookie(root: Path, which: str, timeout: float = STOP_TIMEOUT) -> tuple[
         adopt_unrecorded(state)
         if not pid_alive(record["pid"]):
             return f"{record['name']}: not running ({down_state(record)})", False
-        outcome = _stop_pid(record["pid"], timeout)
+        line = f"{record['name']} ({record['bookieId']}): {_stop_pid(record['pid'], timeout)}"
         record["expected"] = "stopped"
-        write_state(root, state)
-    return f"{record['name']} ({record['bookieId']}): {outcome}", True
+        _record_after(root, state, line)
+    return line, True
 
 
 def kill_bookie(root: Path, which: str) -> tuple[str, bool]:
@@ -481,9 +490,10 @@ def kill_bookie(root: Path, which: str) -> tuple[str, bool]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(record["pid"], signal.SIGKILL)
         _wait_gone(record["pid"], 5)
+        line = f"{record['name']} ({record['bookieId']}): killed (SIGKILL)"
         record["expected"] = "killed"
-        write_state(root, state)
-    return f"{record['name']} ({record['bookieId']}): killed (SIGKILL)", True
+        _record_after(root, state, line)
+    return line, True
 
 
 def pause_bookie(root: Path, which: str) -> tuple[str, bool]:

@@ -337,3 +337,31 @@ def test_a_paused_bookie_is_shown_paused_written_around_and_stops_cleanly(
     assert time.monotonic() - started < 15
     assert states(capsys, root)["bookie-2"] == "stopped"
     assert "not running (stopped)" in cli(capsys, "cluster", "resume", "bookie-2", *d)
+
+
+def test_a_stop_whose_state_cannot_be_written_still_says_it_stopped(
+    cluster: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk the signal does its work and only cluster.json fails: the line must
+    say what happened to the bookie, not only which file could not be written."""
+    from bookiesim.cluster import control
+    from bookiesim.cluster.processes import ClusterError
+
+    root = cluster
+    ids = ids_of(root)
+    d = ("--dir", str(root))
+    pid = state_of(root)["bookies"][1]["pid"]
+
+    def full(root: Path, state: dict[str, Any]) -> None:
+        raise ClusterError(f"cannot write {root}/cluster.json: No space left on device")
+
+    monkeypatch.setattr(control, "write_state", full)
+    out = cli(capsys, "cluster", "stop", "bookie-2", *d, code=1)
+    assert out == (
+        f"cluster stop: bookie-2 ({ids['bookie-2']}): stopped, but cannot write "
+        f"{root}/cluster.json: No space left on device\n"
+    )
+    assert not pid_alive(pid)
+    monkeypatch.undo()
+    cli(capsys, "cluster", "start", "bookie-2", *d)
+    assert states(capsys, root)["bookie-2"] == "running"
