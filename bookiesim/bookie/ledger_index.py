@@ -213,6 +213,10 @@ class LedgerIndex:
         """Forget the ledger and remove its file; False if there was none."""
         self._deletions += 1
         self._recent_deletions.append(ledger_id)
+        # Its changes go with it: left in the dirty sets, a deleted ledger would make every
+        # later checkpoint look as if it had index work (and stay there for ever).
+        self._touched.discard(ledger_id)
+        self._detached.discard(ledger_id)
         path = self._paths.pop(ledger_id, None)
         index_file = self._files.pop(ledger_id, None)
         if index_file is not None:
@@ -294,6 +298,13 @@ class LedgerIndex:
             directories.update(dict.fromkeys(index_file._take_new_dirs()))
         for directory in directories:
             fsync_directory(directory)
+
+    @property
+    def has_changes(self) -> bool:
+        """Whether a location changed since the last checkpoint set the changes aside, or a
+        checkpoint is still writing them: False lets an idle bookie's checkpoint skip the
+        index."""
+        return bool(self._touched or self._detached)
 
     def detach_dirty(self) -> list[IndexFile]:
         """A checkpoint's first index step: set aside every changed ledger's dirty
@@ -381,6 +392,8 @@ class LedgerIndex:
     def _check(self) -> None:
         """Assert the invariants. Cost: O(loaded ledgers + their dirty entries)."""
         assert len(self._open) <= self.max_open_files
+        unknown = (self._touched | self._detached) - self._paths.keys()
+        assert not unknown, f"changes kept for ledgers that are gone: {sorted(unknown)}"
         open_files = {lid for lid, f in self._files.items() if f.is_open}
         assert open_files == set(self._open), (open_files, set(self._open))
         for ledger_id, index_file in self._open.items():

@@ -244,6 +244,16 @@ class LedgerStorage:
 
     # -- durability --------------------------------------------------------------------
 
+    def needs_checkpoint(self) -> bool:
+        """Whether :meth:`checkpoint` has anything to do: a log or index change to make
+        durable, or a rotated log to close. A failed storage says True, so that its
+        checkpoint raises as before."""
+        return (
+            self._failure.error is not None
+            or self.entry_logger.needs_checkpoint
+            or self.index.has_changes
+        )
+
     def prepare_checkpoint(self) -> StorageCheckpoint:
         """Step 1 of a checkpoint, on the owner thread: hand every entry log's buffer to the
         OS and set the index's dirty locations aside (no add can run in between, so they

@@ -334,6 +334,16 @@ class SortedLedgerStorage(LedgerStorage):
 
     # -- durability --------------------------------------------------------------------
 
+    def needs_checkpoint(self) -> bool:
+        """The interleaved storage's answer, and the table's: entries in it, a rotation
+        waiting for them, or a flush under way."""
+        return (
+            not self.memtable.empty
+            or bool(self._pending_rotations)
+            or self._flush_lock.locked()
+            or super().needs_checkpoint()
+        )
+
     async def checkpoint(self) -> None:
         """Flush the whole table, then the interleaved checkpoint (module docstring)."""
         await self.flush(everything=True)

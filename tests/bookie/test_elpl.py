@@ -169,3 +169,61 @@ async def test_write_close_for_replication_rotates_with_reason_replication(
         assert 'bookie_entrylog_rotations_total{reason="replication"} 1.0' in text
         assert 'bookie_entrylog_rotations_total{reason="write_close"} 1.0' in text
         assert 'bookie_write_close_requests_total{outcome="rotated"} 2.0' in text
+
+
+class _CountingStorage:
+    """The bookie's storage as its checkpoint sees it, counting the checkpoints it runs."""
+
+    def __init__(self, storage: object) -> None:
+        self._storage = storage
+        self.checkpoints = 0
+
+    def needs_checkpoint(self) -> bool:
+        return bool(self._storage.needs_checkpoint())  # type: ignore[attr-defined]
+
+    async def checkpoint(self) -> None:
+        self.checkpoints += 1
+        await self._storage.checkpoint()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
+async def test_an_idle_bookie_skips_its_checkpoints_and_a_write_ends_that(
+    tmp_path: Path, storage: str
+) -> None:
+    # Every flushInterval an idle bookie checkpoints with nothing to do; the storage's own
+    # state lets it skip the whole checkpoint. An add, a write-close or a fence must bring
+    # the real one back, and what the real one makes durable must survive a restart. (No
+    # preallocation: a log file it creates in the background needs a checkpoint too.)
+    cfg = bookie_config(
+        tmp_path,
+        flush_interval=3_600_000,
+        ledger_storage_class=storage,
+        entry_log_file_preallocation_enabled=False,
+    )
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        await c.add(1, 0, b"z" * 100, lac=-1)
+        await svc.bookie.checkpoint()
+        counting = _CountingStorage(svc.bookie.storage)
+        svc.bookie.sync_thread._storage = counting  # type: ignore[assignment]
+        for _ in range(3):
+            await svc.bookie.checkpoint()
+        assert counting.checkpoints == 0
+        await c.add(1, 1, b"z" * 100, lac=0)
+        await svc.bookie.checkpoint()
+        assert counting.checkpoints == 1
+        await svc.bookie.checkpoint()
+        assert counting.checkpoints == 1
+        await c.write_close(1)
+        await svc.bookie.checkpoint()
+        assert counting.checkpoints == 2, "a rotated log waits for its checkpoint"
+        assert svc.bookie.storage.entry_logger.rotated_log_count == 0
+        await c.add(2, 0, b"z" * 100, lac=-1)
+        assert (await c.read(2, 0, fence=True)).status == pb.EOK
+        await svc.bookie.checkpoint()
+        assert counting.checkpoints == 3
+        svc.bookie.sync_thread._storage = svc.bookie.storage
+    async with running_bookie(cfg) as svc, bookie_client(svc) as c:
+        for ledger_id, entry_id in ((1, 0), (1, 1), (2, 0)):
+            r = await c.read(ledger_id, entry_id)
+            assert r.status == pb.EOK
+            assert r.readResponse.body.endswith(b"z" * 100)
