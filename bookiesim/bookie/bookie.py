@@ -41,9 +41,8 @@ from bookiesim.bookie.errors import (
 )
 from bookiesim.bookie.gc_storage import BookieGcStorage
 from bookiesim.bookie.handles import HandleFactory
-from bookiesim.bookie.journal import files as journal_files
 from bookiesim.bookie.journal.files import JournalWriter
-from bookiesim.bookie.journal.log_mark import LogMark, read_last_mark, write_last_mark
+from bookiesim.bookie.journal.journals import Journals
 from bookiesim.bookie.journal.records import (
     DataRecord,
     ExplicitLacRecord,
@@ -64,6 +63,7 @@ from bookiesim.gc.policy import CompactionSettings, Throttle
 
 if TYPE_CHECKING:
     from bookiesim.bookie.config import BookieConfig
+    from bookiesim.bookie.journal.log_mark import LogMark
 
 log = logging.getLogger(__name__)
 
@@ -91,24 +91,31 @@ class Bookie:
         self.handles = HandleFactory(self.storage)
         self._add_observers = tuple(add_observers)
         self._bytes_written = 0
-        self._journal_writer = JournalWriter(
-            cfg.effective_journal_directories[0],
-            prealloc_size=cfg.journal_pre_alloc_size_mb << 20,
-            max_size=cfg.journal_max_size_mb << 20,
-            alignment=cfg.journal_alignment_size,
+        writers = [
+            JournalWriter(
+                journal_dir,
+                prealloc_size=cfg.journal_pre_alloc_size_mb << 20,
+                max_size=cfg.journal_max_size_mb << 20,
+                alignment=cfg.journal_alignment_size,
+            )
+            for journal_dir in cfg.effective_journal_directories
+        ]
+        policy = GroupCommitPolicy(
+            max_group_wait=cfg.journal_max_group_wait_msec / 1000,
+            buffered_writes_threshold=cfg.journal_buffered_writes_threshold,
+            buffered_entries_threshold=cfg.journal_buffered_entries_threshold,
+            flush_when_queue_empty=cfg.journal_flush_when_queue_empty,
+            sync_data=cfg.journal_sync_data,
+            page_cache_flush_interval=cfg.journal_page_cache_flush_interval_msec / 1000,
         )
-        self.journal = JournalService(
-            self._journal_writer,
-            GroupCommitPolicy(
-                max_group_wait=cfg.journal_max_group_wait_msec / 1000,
-                buffered_writes_threshold=cfg.journal_buffered_writes_threshold,
-                buffered_entries_threshold=cfg.journal_buffered_entries_threshold,
-                flush_when_queue_empty=cfg.journal_flush_when_queue_empty,
-                sync_data=cfg.journal_sync_data,
-                page_cache_flush_interval=cfg.journal_page_cache_flush_interval_msec / 1000,
-            ),
-            on_sync=self._on_journal_sync,
-            on_fail=self._went_read_only,
+        self.journals = Journals(
+            [
+                JournalService(
+                    writer, policy, on_sync=self._on_journal_sync, on_fail=self._went_read_only
+                )
+                for writer in writers
+            ],
+            writers,
         )
         self._read_only = False
         # Read-only by an operator's request (PUT /api/v1/bookie/state/readonly), as
@@ -121,7 +128,7 @@ class Bookie:
         self.sync_thread = SyncThread(
             cfg,
             self.storage,
-            self.journal,
+            self.journals,
             self.metrics,
             on_storage_failed=self._went_read_only,
             on_write_failed=self._write_failed,
@@ -152,7 +159,7 @@ class Bookie:
             disk_usage=self.disk_monitor.used_fraction,
             server_status=lambda: 0 if self._read_only else 1,
         )
-        self.metrics.bind_journal_queue_depth(lambda: self.journal.pending_requests)
+        self.metrics.bind_journal_queue_depth(lambda: self.journals.pending_requests)
         # Upstream's monitor checks once before the bookie starts: on full disks it starts
         # read-only (or, with readOnlyModeEnabled=false, stops).
         self.check_disks()
@@ -184,7 +191,7 @@ class Bookie:
     def failure(self) -> OSError | None:
         """Why this bookie takes no more adds until restarted (its journal or its storage
         failed); None otherwise."""
-        return self.journal.failed or self.storage.failed
+        return self.journals.failed or self.storage.failed
 
     @property
     def is_read_only(self) -> bool:
@@ -240,7 +247,7 @@ class Bookie:
         self.replay_journal()
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.journal.run)
+                await nursery.start(self.journals.run)
                 nursery.start_soon(self.sync_thread.run)
                 nursery.start_soon(self._preallocation_loop)
                 if isinstance(self.storage, SortedLedgerStorage):
@@ -266,15 +273,14 @@ class Bookie:
         exit non-zero: an operator's service manager should see that this stop was not clean.
         """
         try:
-            if self.journal.failed is None:
-                await self.journal.commit_pending()
-                if self.storage.failed is None:
-                    await self.checkpoint()
+            await self.journals.commit_pending()
+            if self.journals.failed is None and self.storage.failed is None:
+                await self.checkpoint()
         except OSError as exc:
             self._shutdown_error("final checkpoint failed", exc)
         finally:
             try:
-                await self.journal.aclose()
+                await self.journals.aclose()
             except OSError as exc:
                 self._shutdown_error("closing the journal failed", exc)
             finally:
@@ -293,11 +299,10 @@ class Bookie:
         self.shutdown_errors.append(f"{what}: {exc}")
 
     def replay_journal(self) -> None:
-        """Restore entries, keys, fence bits and explicit LACs from the journal (§6.5), then
-        checkpoint so the replayed state is durable before we serve anyone."""
-        mark = read_last_mark(self.cfg.ledger_directories)
-        journal_dir = self.cfg.effective_journal_directories[0]
-        count = 0
+        """Restore entries, keys, fence bits and explicit LACs from each journal after its
+        mark (§6.5), then checkpoint so the replayed state is durable before we serve anyone."""
+        journals, ledger_dirs = self.journals, self.cfg.ledger_directories
+        marks = journals.read_marks(ledger_dirs)
 
         def stored_entry(ledger_id: int, entry_id: int) -> bytes | None:
             # Replay's torn-tail check learns a ledger's digest type from an entry it holds
@@ -307,20 +312,18 @@ class Bookie:
             except (BookieError, OSError):
                 return None
 
-        replayed = journal_files.replay(journal_dir, mark, stored_entry=stored_entry)
-        for item in replayed:
-            if item.file_id == self._journal_writer.file_id:
-                break  # the file we just opened for writing
-            self._replay_record(item.record)
-            count += 1
+        count = journals.replay(
+            self.cfg.effective_journal_directories,
+            marks,
+            self._replay_record,
+            stored_entry=stored_entry,
+        )
         self.replayed_records = count
-        # Make the fresh journal file's header durable so its position is a valid mark.
-        self._journal_writer.flush()
-        new_mark = self._journal_writer.fsync()
+        new_marks = journals.sync_new_files()
         self.storage.checkpoint_blocking()
-        write_last_mark(self.cfg.ledger_directories, new_mark)
+        journals.persist_marks(ledger_dirs, new_marks)
         if count:
-            log.info("replayed %d journal records from %s", count, mark)
+            log.info("replayed %d journal records from %s", count, marks)
 
     def _replay_record(self, record: JournalRecord) -> None:
         storage = self.storage
@@ -338,8 +341,9 @@ class Bookie:
         elif isinstance(record, DataRecord):
             storage.add_entry(entry_header(record.body), record.body)
 
-    async def checkpoint(self) -> LogMark:
-        """Upstream's SyncThread.checkpoint: mark first, storage durable, then persist mark."""
+    async def checkpoint(self) -> tuple[LogMark, ...]:
+        """Upstream's SyncThread.checkpoint: the marks first, storage durable, then persist
+        them; returns each journal's mark."""
         return await self.sync_thread.checkpoint()
 
     async def _expiry_loop(self) -> None:
@@ -424,7 +428,7 @@ class Bookie:
             self._write_failed(exc)
             raise BookieIOError(f"ledger {ledger_id}: {exc}") from exc
         handle.advance_lac(header.lac)
-        journal = self.journal
+        journal = self.journals.for_ledger(ledger_id)
         if not handle.machine.key_journaled:
             # Upstream journals the key once per ledger per process, just before its entry.
             journal.append_unacknowledged(handle.with_key([]))
@@ -454,10 +458,11 @@ class Bookie:
         """
         handle = self.handles.get_handle(ledger_id, master_key)
         if handle.needs_fence_record:
-            if self.journal.failed is not None:
-                raise BookieIOError(str(self.journal.failed))
+            journal = self.journals.for_ledger(ledger_id)
+            if journal.failed is not None:
+                raise BookieIOError(str(journal.failed))
             newly = self.storage.set_fenced(ledger_id)
-            self.journal.log(handle.begin_fence(), handle.fence_logged)
+            journal.log(handle.begin_fence(), handle.fence_logged)
             if newly:
                 handle.wake_watchers()
                 self.storage.rotate_ledger_log(ledger_id, RotationReason.FENCE)
@@ -490,7 +495,8 @@ class Bookie:
         handle = self.handles.get_handle(ledger_id, master_key)
         self.storage.set_explicit_lac(ledger_id, blob)
         handle.advance_lac(lac)
-        self.journal.log(handle.with_key([ExplicitLacRecord(ledger_id, blob)]), done)
+        journal = self.journals.for_ledger(ledger_id)
+        journal.log(handle.with_key([ExplicitLacRecord(ledger_id, blob)]), done)
 
     def read_lac(self, ledger_id: int) -> tuple[bytes | None, bytes | None]:
         """(explicit LAC blob, last entry body); either may be missing."""
@@ -504,7 +510,7 @@ class Bookie:
     def force_ledger(self, ledger_id: int, done: Completion) -> None:
         """Completes after the next journal sync (used with DEFERRED_SYNC writes)."""
         self.handles.get_read_only_handle(ledger_id)
-        self.journal.log([], done)
+        self.journals.for_ledger(ledger_id).log([], done)
 
     def write_close(
         self,
@@ -550,10 +556,10 @@ class Bookie:
             "openReadFiles": logger.open_read_files,
             "rotations": {reason.value: n for reason, n in logger.rotations.items()},
             "ledgers": len(self.storage.ledger_ids()),
-            "journalSyncedMark": {
-                "fileId": self.journal.synced_mark.file_id,
-                "offset": self.journal.synced_mark.offset,
-            },
+            "journalSyncedMarks": [
+                {"fileId": mark.file_id, "offset": mark.offset}
+                for mark in self.journals.synced_marks
+            ],
             "state": "read_only" if self._read_only else "writable",
         }
 

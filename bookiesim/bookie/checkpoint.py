@@ -1,11 +1,11 @@
 """Upstream's SyncThread: the periodic checkpoint (reference §6.4).
 
-A checkpoint takes the journal's synced mark *first*, makes the ledger storage durable
-(entry logs, then the index), and only then persists the mark as ``lastMark`` in every
-ledger directory and deletes the journals wholly before it (keeping ``maxBackupJournals``).
-So ``lastMark`` never runs ahead of what storage holds, and a restart replays the journal
-from it. The bookie runs one per process, every ``flushInterval`` (the ELPL schedule), on
-its trio thread; files are written off it.
+A checkpoint takes each journal's synced mark *first*, makes the ledger storage durable
+(entry logs, then the index), and only then persists the marks as ``lastMark`` (``lastMark.<i>``
+with several journals) in every ledger directory and deletes each journal's files wholly
+before its mark (keeping ``maxBackupJournals``). So no mark runs ahead of what storage
+holds, and a restart replays each journal from its own. The bookie runs one per process,
+every ``flushInterval`` (the ELPL schedule), on its trio thread; files are written off it.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import trio
 
 from bookiesim.bookie.blocking import run_blocking
 from bookiesim.bookie.errors import StorageFailedError
-from bookiesim.bookie.journal.files import delete_old_journals
-from bookiesim.bookie.journal.log_mark import LogMark, write_last_mark
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bookiesim.bookie.config import BookieConfig
-    from bookiesim.bookie.journal.service import JournalService
+    from bookiesim.bookie.journal.journals import Journals
+    from bookiesim.bookie.journal.log_mark import LogMark
     from bookiesim.bookie.ledger_storage import LedgerStorage
     from bookiesim.bookie.metrics import BookieMetrics
 
@@ -40,7 +39,7 @@ class SyncThread:
         self,
         cfg: BookieConfig,
         storage: LedgerStorage,
-        journal: JournalService,
+        journals: Journals,
         metrics: BookieMetrics,
         *,
         on_storage_failed: Callable[[OSError], None],
@@ -48,18 +47,18 @@ class SyncThread:
     ) -> None:
         self._cfg = cfg
         self._storage = storage
-        self._journal = journal
+        self._journals = journals
         self._metrics = metrics
         self._on_storage_failed = on_storage_failed
         self._on_write_failed = on_write_failed
         self.lock = trio.Lock()
         """Held for a whole checkpoint; GC's compaction takes it too, so that it never
         deletes a log a checkpoint is flushing."""
-        self.persisted_mark: LogMark | None = None
-        """The mark the last checkpoint of this process wrote to every ledger dir."""
+        self.persisted_marks: tuple[LogMark, ...] | None = None
+        """The marks the last checkpoint of this process wrote to every ledger dir."""
 
-    async def checkpoint(self) -> LogMark:
-        """Mark first, storage durable, then persist the mark; returns the mark. A write
+    async def checkpoint(self) -> tuple[LogMark, ...]:
+        """Marks first, storage durable, then persist the marks; returns them. A write
         that fails (not an fsync) is also told to ``on_write_failed`` before it propagates:
         for lack of space the bookie turns read-only (upstream: allDisksFull)."""
         try:
@@ -70,39 +69,40 @@ class SyncThread:
             self._on_write_failed(exc)
             raise
 
-    async def _checkpoint(self) -> LogMark:
-        mark = self._journal.synced_mark
-        if mark == self.persisted_mark and not self._storage.needs_checkpoint():
-            # An idle bookie, every flushInterval: no journal write since the mark on disk,
+    async def _checkpoint(self) -> tuple[LogMark, ...]:
+        marks = self._journals.synced_marks
+        if marks == self.persisted_marks and not self._storage.needs_checkpoint():
+            # An idle bookie, every flushInterval: no journal write since the marks on disk,
             # and storage holds nothing to make durable or close (its own state says so, the
             # state the checkpoint would plan from). The whole checkpoint would change
             # nothing; a simulated cluster idle for hours runs thousands of them.
             self._metrics.checkpoint(0.0)
-            return mark
+            return marks
         async with self.lock:
             started = trio.current_time()
-            mark = self._journal.synced_mark
+            marks = self._journals.synced_marks
             try:
                 await self._storage.checkpoint()
             except StorageFailedError as exc:
                 self._on_storage_failed(exc)
                 raise
             # With no journal write since the last checkpoint (an idle bookie, every
-            # flushInterval), the same mark is on disk already and no journal became
-            # deletable: rewriting and fsyncing lastMark and listing the journal directory
+            # flushInterval), the same marks are on disk already and no journal became
+            # deletable: rewriting and fsyncing lastMark and listing the journal directories
             # would change nothing.
-            if mark != self.persisted_mark:
+            if marks != self.persisted_marks:
                 cfg = self._cfg
-                await run_blocking(write_last_mark, cfg.ledger_directories, mark)
+                journals = self._journals
+                await run_blocking(journals.persist_marks, cfg.ledger_directories, marks)
                 await run_blocking(
-                    delete_old_journals,
-                    cfg.effective_journal_directories[0],
-                    mark,
+                    journals.delete_old,
+                    cfg.effective_journal_directories,
+                    marks,
                     cfg.journal_max_backups,
                 )
-                self.persisted_mark = mark
+                self.persisted_marks = marks
             self._metrics.checkpoint(trio.current_time() - started)
-            return mark
+            return marks
 
     async def run(self) -> None:
         """Checkpoint every ``flushInterval`` until cancelled, or until storage fails."""

@@ -1679,6 +1679,18 @@ def _ledger_dirs_present(c: BookieConfig) -> str | None:
     return None if c.ledger_directories else "needs at least one directory"
 
 
+def _journal_dirs_distinct(c: BookieConfig) -> str | None:
+    # Two journals in one directory would write files of the same names (their ids are
+    # start times in milliseconds) and delete each other's at checkpoints.
+    seen: set[str] = set()
+    for d in c.journal_directories:
+        key = os.path.normpath(os.path.abspath(d))
+        if key in seen:
+            return f"{d} is listed twice: each journal needs its own directory"
+        seen.add(key)
+    return None
+
+
 _METADATA_URI: Final = re.compile(r"sqlite:\S+|zk(\+[A-Za-z0-9_-]+)?://\S+")
 
 
@@ -1768,6 +1780,12 @@ RULES: Final[tuple[Rule, ...]] = (
         "ledgerDirectories is not empty.",
         False,
         _ledger_dirs_present,
+    ),
+    Rule(
+        ("journalDirectories",),
+        "journalDirectories lists no directory twice.",
+        False,
+        _journal_dirs_distinct,
     ),
     Rule(
         ("metadataServiceUri",),

@@ -32,10 +32,44 @@ from bookiesim.entrylog import writeback
 
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Sequence
 
+    from bookiesim.entrylog.log_files import LogFiles
     from bookiesim.entrylog.writer import EntryLogWriter
 
-__all__ = ["CheckpointPlan"]
+__all__ = ["CheckpointPlan", "checkpoint_needed", "make_plan"]
+
+
+def make_plan(files: LogFiles, dirs_synced: Sequence[int]) -> CheckpointPlan:
+    """The owner thread's step: every open log's buffer to the OS, then the plan of what
+    to fsync: the logs holding bytes not fsynced, the rotated logs, and the ledger dirs whose
+    file count moved past ``dirs_synced`` (``LogFiles.dir_creations`` at the last
+    checkpoint)."""
+    items: list[tuple[EntryLogWriter | None, str]] = []
+    for writer in files.writers_to_flush():
+        writer.flush()
+        if writer.unpersisted_bytes:
+            items.append((writer, writer.fspath))
+    records = files.rotated_logs()
+    rotated = [record.log_id for record in records]
+    items.extend((None, record.fspath) for record in records if record.writer is None)
+    marks = list(files.dir_creations)
+    pairs = zip(files.current_dirs, marks, dirs_synced, strict=True)
+    dirs = [d for d, mark, synced in pairs if mark != synced]
+    return CheckpointPlan(items, rotated, dirs, marks, files.io_lock)
+
+
+def checkpoint_needed(files: LogFiles, dirs_synced: Sequence[int]) -> bool:
+    """Whether :func:`make_plan` would plan anything: an open log holding bytes not fsynced
+    (buffered, deferred or handed to the OS), a rotated log waiting to be flushed, or a
+    ledger dir that gained a file. Read from the state the plan is made from, so an idle
+    bookie can skip its checkpoint on this word."""
+    if files.rotated_count:
+        return True
+    for writer in files.writers_to_flush():
+        if writer.unpersisted_bytes:
+            return True
+    return list(files.dir_creations) != list(dirs_synced)
 
 
 class CheckpointPlan:

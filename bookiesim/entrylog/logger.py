@@ -62,7 +62,7 @@ from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING
 
 from bookiesim.entrylog.allocator import list_log_ids
-from bookiesim.entrylog.checkpoint import CheckpointPlan
+from bookiesim.entrylog.checkpoint import CheckpointPlan, checkpoint_needed, make_plan
 from bookiesim.entrylog.config import DEFAULT_LOG_SIZE_LIMIT, EntryLogConfig
 from bookiesim.entrylog.lifecycle import LogState
 from bookiesim.entrylog.log_files import LogFiles, RotatedLog
@@ -329,38 +329,18 @@ class EntryLogger:
 
     @property
     def needs_checkpoint(self) -> bool:
-        """Whether :meth:`prepare_checkpoint` would plan anything: an open log holding bytes
-        not fsynced (buffered, deferred or handed to the OS), a rotated log waiting to be
-        flushed, or a ledger dir that gained a file since the last checkpoint. The same
-        state the plan is made from, so an idle bookie can skip the plan on its word."""
-        files = self._files
-        if files.rotated_count:
-            return True
-        for writer in files.writers_to_flush():
-            if writer.unpersisted_bytes:
-                return True
-        return list(files.dir_creations) != self._dirs_synced
+        """Whether :meth:`prepare_checkpoint` would plan anything (:func:`checkpoint_needed`):
+        an idle bookie skips its checkpoint on this word."""
+        return checkpoint_needed(self._files, self._dirs_synced)
 
     def prepare_checkpoint(self) -> CheckpointPlan:
         """Step 1, owner thread: hand every active and rotated log's buffer to the OS and
-        list what to fsync.
+        list what to fsync (:func:`make_plan`).
 
         Raises ``OSError`` if a buffer cannot be written (a log stuck after a write error):
         the checkpoint must then not complete, so the journal keeps those entries.
         """
-        files = self._files
-        items: list[tuple[EntryLogWriter | None, str]] = []
-        for writer in files.writers_to_flush():
-            writer.flush()
-            if writer.unpersisted_bytes:
-                items.append((writer, writer.fspath))
-        records = files.rotated_logs()
-        rotated = [record.log_id for record in records]
-        items.extend((None, record.fspath) for record in records if record.writer is None)
-        marks = list(files.dir_creations)
-        pairs = zip(files.current_dirs, marks, self._dirs_synced, strict=True)
-        dirs = [d for d, mark, synced in pairs if mark != synced]
-        return CheckpointPlan(items, rotated, dirs, marks, files.io_lock)
+        return make_plan(self._files, self._dirs_synced)
 
     def complete_checkpoint(self, plan: CheckpointPlan) -> None:
         """Step 3, owner thread: record persisted positions; mark the plan's rotated logs

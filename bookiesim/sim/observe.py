@@ -236,7 +236,7 @@ class Observer:
 
     def _awaiting_reclaim(self, sb: SimBookie, bookie: Bookie) -> tuple[tuple[int, float], ...]:
         now = trio.current_time()
-        if sb.faults.full or bookie.journal.failed is not None:
+        if sb.faults.full or bookie.journals.failed is not None:
             self._unhealthy[sb.bookie_id] = now
         since = self._unhealthy.get(sb.bookie_id, -math.inf)
         return tuple((lid, max(at, since)) for lid, at in bookie.gc.awaiting_reclaim())

@@ -470,6 +470,7 @@ BROKEN: list[tuple[str, str, str]] = [
     ("diskUsageLwmThreshold=0.96", "diskUsageLwmThreshold", "above diskUsageThreshold"),
     # bookiesim's own rules
     ("ledgerDirectories=", "ledgerDirectories", "at least one"),
+    ("journalDirectories=/j/a,/j/b,/j/a/", "journalDirectories", "/j/a is listed twice"),
     ("metadataServiceUri=mysql://db", "metadataServiceUri", "sqlite:///path or zk://"),
     ("metadataServiceUri=/tmp/meta.db", "metadataServiceUri", "sqlite:///path"),
     ("bookieAddress=", "bookieAddress", "expected an IP address or host name"),
@@ -651,6 +652,7 @@ httpServerPort=8000
 
 _SPECIAL = {
     "gcWaitTime",
+    "journalDirectories",
     "minorCompactionThreshold",
     "minorCompactionInterval",
     "majorCompactionThreshold",
@@ -734,6 +736,9 @@ def valid_mappings(draw: st.DrawFn) -> dict[str, object]:
             "entryLogPerLedgerEnabled": elpl,
             "useTransactionalCompaction": False if elpl else draw(st.booleans()),
             "ledgerDirectories": draw(st.lists(_LIST_ITEM, min_size=1, max_size=3)),
+            "journalDirectories": draw(
+                st.lists(_LIST_ITEM, max_size=3, unique_by=lambda d: os.path.abspath(d))
+            ),
             "metadataServiceUri": draw(
                 st.sampled_from(
                     ["", "sqlite:///tmp/m.db", "zk://h:2181/ledgers", "zk+flat://a:1,b:2/x"]

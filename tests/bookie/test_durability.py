@@ -10,13 +10,22 @@ from __future__ import annotations
 import os
 import random
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from bookiesim.bookie.errors import StorageFailedError
-from bookiesim.bookie.journal import read_last_mark
+from bookiesim.bookie.journal import (
+    DataRecord,
+    MasterKeyRecord,
+    journal_current_dir,
+    journal_file_name,
+    list_journal_ids,
+    read_journal,
+    read_last_mark,
+)
 from bookiesim.bookie.process import BookieService, run_until_signalled
 from bookiesim.client.bookie_connection import ConnectionClosedError, connect
 from bookiesim.client.digest import DigestManager
@@ -33,7 +42,6 @@ from bookiesim.sim.disk import DiskFaults, SimDisk
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Iterable, Sequence
-    from pathlib import Path
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:
@@ -212,7 +220,7 @@ async def test_a_bookie_whose_journal_failed_on_a_full_disk_stops_cleanly(
             assert (await c.add(1, 0, payload(1, 0))).status == pb.EOK
             journal_disk.full = True
             assert (await c.add(1, 1, payload(1, 1))).status == pb.EIO
-            assert svc.bookie.journal.failed is not None
+            assert svc.bookie.journals.failed is not None
             assert (await c.read(1, 0)).status == pb.EOK
         # Leaving running_bookie stopped it: shutdown did not raise ENOSPC.
         journal_disk.full = False
@@ -276,3 +284,26 @@ async def test_a_signalled_stop_reports_the_disk_errors_it_logged(tmp_path: Path
     clean, failed = stops
     assert clean == []
     assert any("final checkpoint failed" in e for e in failed), failed
+
+
+def test_two_journals_each_hold_their_ledgers_and_lose_nothing_to_kill_9(tmp_path: Path) -> None:
+    # Upstream's journalDirectories: a journal per directory, ledger L's records all in
+    # journal L mod 2, each journal replayed from its own mark (lastMark.0, lastMark.1).
+    dirs = [tmp_path / "journal-0", tmp_path / "journal-1"]
+    settings = (f"journalDirectories={dirs[0]},{dirs[1]}", "flushInterval=100")
+    kill_restart_cycles(tmp_path, seed=3, cycles=3, settings=settings)
+    current = tmp_path / "ledgers" / "current"
+    assert (current / "lastMark.0").exists()
+    assert (current / "lastMark.1").exists()
+    assert not (current / "lastMark").exists(), "one journal's name, with two journals"
+    for index, journal_dir in enumerate(dirs):
+        ledgers = {
+            record.ledger_id
+            for file_id in list_journal_ids(journal_dir)
+            for _, record in read_journal(
+                Path(journal_current_dir(journal_dir), journal_file_name(file_id))
+            )
+            if isinstance(record, DataRecord | MasterKeyRecord)
+        }
+        assert ledgers, f"journal {index} holds no records"
+        assert {ledger_id % 2 for ledger_id in ledgers} == {index}, (index, sorted(ledgers))

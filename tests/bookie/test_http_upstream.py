@@ -236,11 +236,30 @@ async def test_last_log_mark(bookie: tuple[BookieService, int, str]) -> None:
     reply = await call(port, "GET", "/api/v1/bookie/last_log_mark")
     assert reply.status == 200
     ((key, value),) = reply.json().items()
-    mark = service.bookie.journal.synced_mark
+    (mark,) = service.bookie.journals.synced_marks
     assert key == f"LastLogMark: Journal Id - {mark.file_id}({mark.file_id:x}.txn)"
     assert value.startswith("Pos - ")
     assert int(value.removeprefix("Pos - ")) >= 0
     assert (await call(port, "PUT", "/api/v1/bookie/last_log_mark", {})).status == 404
+
+
+async def test_last_log_mark_of_two_journals(tmp_path: Path) -> None:
+    # Upstream answers one line per journal, each from its own lastMark.<i>.
+    root = tmp_path / "b"
+    cfg = bookie_config(root, journal_directories=(root / "j0", root / "j1"))
+    async with running_bookie(cfg) as service, bookie_client(service) as client:
+        assert service.address is not None
+        for ledger_id in (1, 2):
+            assert (await client.add(ledger_id, 0, b"x")).status == pb.EOK
+        marks = await service.bookie.checkpoint()
+        reply = await call(service.address.http_port, "GET", "/api/v1/bookie/last_log_mark")
+    assert reply.status == 200
+    assert reply.json() == {
+        f"LastLogMark: Journal Id - {m.file_id}({m.file_id:x}.txn)": f"Pos - {m.offset}"
+        for m in marks
+    }
+    assert len(marks) == 2
+    assert all(m.offset > 0 for m in marks)
 
 
 async def test_read_only_state(bookie: tuple[BookieService, int, str]) -> None:

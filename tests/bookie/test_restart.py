@@ -46,7 +46,7 @@ async def test_checkpointed_entries_survive_losing_the_journal(
         for ledger_id in range(1, 6):  # several active logs at once
             for entry_id in range(20):
                 await c.add(ledger_id, entry_id, b"%d/%d" % (ledger_id, entry_id))
-        mark = await svc.bookie.checkpoint()
+        (mark,) = await svc.bookie.checkpoint()
         assert svc.bookie.storage.entry_logger.active_log_count == 5
         assert read_last_mark(cfg.ledger_directories) == mark
     shutil.rmtree(cfg.effective_journal_directories[0])
