@@ -23,9 +23,14 @@ from typing import Final
 
 from bookiesim.metadata.sqlite_tree import remove_node_tx
 
-__all__ = ["SessionState", "SqliteSessions", "boot_id"]
+__all__ = ["NO_SESSION", "SessionState", "SqliteSessions", "boot_id"]
 
 log = logging.getLogger(__name__)
+
+NO_SESSION: Final = -1
+"""The session id of a store opened when the disk had no room for its row: never a row's
+id (those are >= 1), so no node is owned by it; the session starts at the first heartbeat,
+or the first ephemeral, that the disk has room for."""
 
 FUTURE_SLACK: Final = 1.0
 """A heartbeat more than this many seconds ahead of our clock comes from an earlier boot."""
@@ -69,6 +74,14 @@ class SqliteSessions:
             self.state.id = sid
             return
 
+    def start_later(self) -> None:
+        """No session for now (see :data:`NO_SESSION`); reads need none."""
+        self.state.id = NO_SESSION
+
+    @property
+    def started(self) -> bool:
+        return self.state.id != NO_SESSION
+
     def alive_tx(self, c: sqlite3.Connection) -> bool:
         row = c.execute("SELECT 1 FROM sessions WHERE id = ?", (self.state.id,)).fetchone()
         return row is not None
@@ -76,7 +89,13 @@ class SqliteSessions:
     def renew_tx(self, c: sqlite3.Connection) -> None:
         """If our session was swept, start a new one (and heartbeat again)."""
         if not self.alive_tx(c):
+            started = self.started
             self.insert_tx(c)
+            if not started:
+                log.info(
+                    "%s: session %d started, the disk has room again", self._uri, self.state.id
+                )
+                return
             self.state.expirations += 1
             self.state.heartbeats_paused = False
             log.warning("%s: session expired; new session %d", self._uri, self.state.id)

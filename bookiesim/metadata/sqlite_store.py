@@ -26,7 +26,9 @@ How ZooKeeper's semantics are kept
   within about ``session_timeout * 4/3`` as long as any other client has the store open — the
   liveness ZooKeeper gives, without a server process. A store that finds its own session
   swept starts a new one (and an ephemeral create in that moment fails once with
-  ``SessionExpiredError``), like a ZooKeeper client after expiry.
+  ``SessionExpiredError``), like a ZooKeeper client after expiry. Opened on a full disk,
+  where its row finds no room, a store has no session until its first heartbeat or ephemeral
+  node the disk has room for (:data:`~.sqlite_sessions.NO_SESSION`): reads need none.
 * **Time.** Heartbeats are ``CLOCK_MONOTONIC`` seconds, which all processes of one boot share
   and which, unlike wall-clock time, neither jumps with NTP nor advances during a suspend (so
   a resumed laptop does not expire every session at once). Rows stamped under another boot id
@@ -249,7 +251,8 @@ class SqliteStore:
         self._closed = True
         with trio.CancelScope(shield=True), trio.move_on_after(self.busy_timeout + 1):
             try:
-                await self._write(self._sessions.end_tx, "/", allow_closed=True)
+                if self._sessions.started:
+                    await self._write(self._sessions.end_tx, "/", allow_closed=True)
             except MetadataError as exc:
                 log.warning("%s: could not end session %d: %s", self._uri, self.session_id, exc)
             conn, self._conn = self._conn, None
@@ -319,8 +322,22 @@ class SqliteStore:
             conn.execute("PRAGMA foreign_keys=OFF")
             conn.execute("BEGIN IMMEDIATE")
             create_schema_tx(conn)
-            self._sessions.insert_tx(conn)
-            conn.execute("COMMIT")
+            try:
+                self._sessions.insert_tx(conn)
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                # A full disk has no room for our session row, but reads need none: a user
+                # inspecting a cluster whose disk filled up must still see it.
+                _roll_back(conn)
+                if not (_is_disk_full(exc) and _has_schema(conn)):
+                    raise
+                self._sessions.start_later()
+                log.warning(
+                    "%s: no room for a session on a full disk (%s): reads work, the session "
+                    "starts once there is room",
+                    self._uri,
+                    exc,
+                )
         except sqlite3.Error as exc:
             conn.close()
             raise StoreUnavailableError(f"{self._uri}: cannot initialise: {exc}") from exc
@@ -396,7 +413,9 @@ class SqliteStore:
     ) -> str | None:
         owner = 0
         if ephemeral:
-            if not self._sessions.alive_tx(c):
+            if not self._sessions.started:
+                self._sessions.insert_tx(c)  # opened on a full disk: start it with its node
+            elif not self._sessions.alive_tx(c):
                 return None  # the caller renews the session and raises SessionExpiredError
             owner = self._session.id
         return create_node_tx(
@@ -464,6 +483,15 @@ class SqliteStore:
         finally:
             if changes is not None:
                 changes.close()
+
+
+def _is_disk_full(exc: sqlite3.Error) -> bool:
+    return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL
+
+
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'nodes'")
+    return row.fetchone() is not None
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 import pytest
+import trio
 
 from bookiesim.metadata import MetadataError, Versioned
 from bookiesim.metadata.sqlite_store import open_sqlite_store
@@ -74,3 +75,39 @@ def test_the_helper_fills_the_disk(tmp_path: Path) -> None:
         assert os.statvfs(disk).f_bavail == 0
         with pytest.raises(OSError, match="No space left"):
             (disk / "more").write_bytes(b"x" * 4096)
+
+
+async def test_a_store_opened_on_a_full_disk_reads_and_starts_its_session_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    # Found by a user's journey: with the cluster's disk full, `ledger metadata` and
+    # `cluster status` (which only read) failed with "database or disk is full", because
+    # opening the store wrote this client's session row. Now the store opens, reads, and
+    # its session starts at the first heartbeat the disk has room for.
+    with mounted_tmpfs(tmp_path / "small", 4 * MIB) as disk:
+        uri = f"sqlite://{disk / 'meta.db'}"
+        # A bookie keeps the store open (its WAL and shared-memory index exist) while the
+        # disk fills; its own writes then fail for lack of room.
+        async with open_sqlite_store(uri) as bookie:
+            await bookie.create("/ledgers", b"")
+            await bookie.create("/ledgers/L1", b"metadata")
+            filler = disk / "filler"
+            _fill(filler)
+            for i in range(20):
+                try:
+                    await bookie.create(f"/big{i}", os.urandom(256 * 1024))
+                except MetadataError:
+                    break
+            else:
+                pytest.fail("the disk never filled up")
+            async with open_sqlite_store(uri, session_timeout=0.6) as store:
+                assert await store.get("/ledgers/L1") == Versioned(b"metadata", 0, 0)
+                assert await store.children("/ledgers") == ["L1"]
+                assert store.session_id <= 0, "no room for a session: none yet"
+                filler.unlink()
+                with trio.fail_after(5):
+                    while store.session_id <= 0:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                await store.create("/mine", b"", ephemeral=True)
+                assert (await store.get("/mine")) is not None
+            assert await bookie.get("/mine") is None, "the ephemeral went with its session"
