@@ -25,13 +25,13 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 from bookiesim.bookie import exit_codes
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
-    from pathlib import Path
 
 HOST = "127.0.0.1"
 BOOKIE_PROGRAM = (sys.executable, "-m", "bookiesim", "bookie")
@@ -147,8 +147,27 @@ def _scheduler_state(pid: int) -> str | None:
         return None
 
 
+DIRECTORY_KEYS: Final = frozenset(
+    {"journalDirectory", "journalDirectories", "ledgerDirectories", "indexDirectories"}
+)
+"""Keys whose relative paths :func:`bookie_settings` places in each bookie's directory."""
+
+
+def _in_bookie_dir(root: Path, setting: str) -> str:
+    """``setting`` with each relative path of a directory key made one under ``root``:
+    ``--set journalDirectories=j0,j1`` for every bookie of a cluster means two journals in
+    each bookie's directory, not two directories all of them would share (where the second
+    bookie's start is refused by the first one's cookies)."""
+    key, sep, value = setting.partition("=")
+    if not sep or key.strip() not in DIRECTORY_KEYS:
+        return setting
+    paths = [p.strip() for p in value.split(",") if p.strip()]
+    return f"{key}=" + ",".join(str(root / p) if not Path(p).is_absolute() else p for p in paths)
+
+
 def bookie_settings(root: Path, *extra: str, flush_interval_ms: int = 10_000) -> list[str]:
-    """``--set`` values for one local bookie under ``root`` (``extra`` ones win)."""
+    """``--set`` values for one local bookie under ``root`` (``extra`` ones win; relative
+    directories in them are under ``root``)."""
     return [
         "bookiePort=0",
         "httpServerPort=0",
@@ -159,7 +178,7 @@ def bookie_settings(root: Path, *extra: str, flush_interval_ms: int = 10_000) ->
         "entryLogPerLedgerEnabled=true",
         f"flushInterval={flush_interval_ms}",
         "journalPreAllocSizeMB=1",
-        *extra,
+        *(_in_bookie_dir(root, setting) for setting in extra),
     ]
 
 

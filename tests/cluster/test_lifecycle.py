@@ -365,3 +365,27 @@ def test_a_stop_whose_state_cannot_be_written_still_says_it_stopped(
     monkeypatch.undo()
     cli(capsys, "cluster", "start", "bookie-2", *d)
     assert states(capsys, root)["bookie-2"] == "running"
+
+
+def test_relative_directories_set_for_every_bookie_are_each_bookies_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--set journalDirectories=journal-a,journal-b` on `cluster up`: two journals in each
+    # bookie's directory. Resolved against the user's working directory instead, every
+    # bookie named the same two and the second one's start was refused by the first one's
+    # cookies.
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "c"
+    journals = "journalDirectories=journal-a,journal-b"
+    cli(capsys, "cluster", "up", "--dir", str(root), "--bookies", "2", "--set", journals, *FAST)
+    try:
+        ledger = write_ledger(capsys, root, 40, ensemble=2)
+        cli(capsys, "cluster", "down", "--dir", str(root))
+        cli(capsys, "cluster", "up", "--dir", str(root))
+        assert read_ledger(capsys, root, ledger) == list(range(40))
+    finally:
+        main(["cluster", "down", "--dir", str(root)])
+    assert not (tmp_path / "journal-a").exists()
+    for n in (1, 2):
+        for journal in ("journal-a", "journal-b"):
+            assert any((root / f"bookie-{n}" / journal / "current").glob("*.txn")), (n, journal)
