@@ -214,6 +214,59 @@ def test_bookiesim_directories_handed_to_upstream(upstream: Upstream, ours: Book
         after.stop_cleanly()
 
 
+def _killed(root: Root, bookie: Bookie) -> None:
+    """kill -9, then wait until its registration is gone (its session expired), so that the
+    next bookie on its port is seen to register itself."""
+    bookie.proc.kill()
+    bookie.proc.wait()
+    wait_for(
+        lambda: bookie.bookie_id not in root.registered(),
+        f"the registration of the killed {bookie.bookie_id} to expire",
+        timeout=MARK_TIMEOUT,
+    )
+
+
+def _two_journals(dirs: Path) -> dict[str, object]:
+    """Two journal directories and no checkpoint before the kill: the entries are in each
+    journal past its own mark (lastMark.0, lastMark.1), for the next bookie to replay."""
+    return {
+        "journalDirectories": f"{dirs / 'journal-0'},{dirs / 'journal-1'}",
+        "flushInterval": 3_600_000,
+    }
+
+
+def test_two_journals_of_a_killed_bookiesim_replayed_by_upstream(
+    upstream: Upstream, ours: Bookiesim
+) -> None:
+    dirs = ours.work / "b1"
+    with ours.bookie("b1", dirs=dirs, keys=_two_journals(dirs)) as before:
+        ledgers = [ours.write_ledger(1, 1, 1, 120) for _ in range(4)]
+        _killed(ours.root, before)
+    for index in (0, 1):
+        assert any((dirs / f"journal-{index}" / "current").glob("*.txn")), index
+    with upstream.bookie("u1", port=before.port, dirs=dirs, keys=_two_journals(dirs)) as after:
+        for ledger in ledgers:
+            ours.ledger("close", str(ledger))
+            assert upstream.read_ledger(ledger) == list(range(120))
+        after.stop_cleanly()
+
+
+def test_two_journals_of_a_killed_upstream_replayed_by_bookiesim(
+    upstream: Upstream, ours: Bookiesim
+) -> None:
+    upstream.init_cluster()
+    dirs = upstream.work / "u1"
+    with upstream.bookie("u1", dirs=dirs, keys=_two_journals(dirs)) as before:
+        ledgers = [ours.write_ledger(1, 1, 1, 120) for _ in range(4)]
+        _killed(upstream.root, before)
+    with ours.bookie("b1", port=before.port, dirs=dirs, keys=_two_journals(dirs)) as after:
+        for ledger in ledgers:
+            ours.ledger("close", str(ledger))
+            assert ours.read_ids(ledger) == list(range(120))
+        after.stop_cleanly()
+    assert (dirs / "ledgers" / "current" / "lastMark.1").exists()
+
+
 # -- auto-recovery across implementations -------------------------------------------------------
 #
 # The vectors' scenario (README, zk/): three bookies, ledgers on all three (E=3 Qw=2 Qa=2), the

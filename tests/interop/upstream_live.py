@@ -518,10 +518,11 @@ class Bookiesim:
         dirs: Path | None = None,
         keys: Mapping[str, object] | None = None,
     ) -> Iterator[Bookie]:
-        """``keys``: more upstream keys, as ``--set`` (TLS, authorization)."""
+        """``keys``: more upstream keys, as ``--set`` (TLS, authorization); they win over
+        the defaults here, as the upstream bookie's ``keys`` do over its conf's."""
         port = port or free_port(HOST)
         dirs = dirs or self.work / name
-        settings = [f"{key}={value}" for key, value in (keys or {}).items()] + [
+        settings = [
             f"bookiePort={port}",
             f"bookieAddress={HOST}",
             "httpServerPort=0",
@@ -530,7 +531,7 @@ class Bookiesim:
             f"ledgerDirectories={dirs / 'ledgers'}",
             "journalPreAllocSizeMB=1",
             "flushInterval=1000",
-        ]
+        ] + [f"{key}={value}" for key, value in (keys or {}).items()]
         args = [sys.executable, "-m", "bookiesim", "bookie"]
         for setting in settings:
             args += ["--set", setting]
