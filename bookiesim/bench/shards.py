@@ -12,9 +12,13 @@ one-process bookie of today:
 
 * **one process**: one bookie; two load clients, each sending ``--adds / 2`` adds round robin
   over its half of ``--ledgers`` (disjoint ledger ids);
-* **two shards**: two bookies; each load client sends the same adds to its own bookie.
+* **two shards**: two bookies; each load client sends the same adds to its own bookie;
+* **relay**: one bookie, and the load clients' frames relayed to it through a frame relay
+  process (:mod:`.relay`): the relay's CPU per add is the toll of forwarding one add, which a
+  sharded bookie's accepting shard pays for every frame of the other shard (with one channel
+  per bookie, every other frame of a two-shard bookie).
 
-The two runs alternate (one, then two) in each repetition. Per run: adds/s (all the adds over
+The runs alternate (one, two, relay) in each repetition. Per run: adds/s (all the adds over
 the longer client's timed span: both clients build their frames first and start within a
 fraction of a second), the bookies' CPU per add (every process and thread, ``/proc``), and the
 clients' p99 (the worse of the two). Each bookie runs with ``bench compare``'s settings
@@ -56,8 +60,10 @@ if TYPE_CHECKING:
 __all__ = ["RATIOS", "register", "run_layout"]
 
 DEFAULTS: Final = {"adds": 3_000_000, "ledgers": 10, "size": 1024, "repeats": 3}
-LAYOUTS: Final = ("one", "two")
-"""One bookie process for both load clients; a bookie process per load client."""
+LAYOUTS: Final = ("one", "two", "relay")
+"""One bookie process for both load clients; a bookie process per load client; one bookie
+behind a frame relay."""
+LAYOUT_NAMES: Final = {"one": "one process", "two": "two shards", "relay": "relayed"}
 CLIENTS: Final = 2
 
 RATIOS = (
@@ -71,6 +77,12 @@ RATIOS = (
         "cpuTwoVsOne",
         "bookie CPU per add, two shards ÷ one process",
         "twoCpuUs",
+        "oneCpuUs",
+    ),
+    Ratio(
+        "relayVsBookie",
+        "the relay's CPU per forwarded add ÷ the bookie's CPU per add (one process)",
+        "relayRelayCpuUs",
         "oneCpuUs",
     ),
 )
@@ -93,11 +105,34 @@ def _client(
     )
 
 
+def _start_relay(to_port: int) -> tuple[subprocess.Popen[str], int]:
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "bookiesim.bench.relay", "--to", str(to_port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert relay.stdout is not None
+    line = relay.stdout.readline()
+    if not line:
+        _stop_relay(relay)
+        raise RuntimeError(f"the relay exited with code {relay.returncode} before listening")
+    return relay, int(json.loads(line)["port"])
+
+
+def _stop_relay(relay: subprocess.Popen[str]) -> None:
+    if relay.poll() is None:
+        relay.terminate()
+    relay.wait(timeout=30)
+    if relay.stdout is not None:
+        relay.stdout.close()
+
+
 def run_layout(
     layout: str, directory: Path, *, adds: int, ledgers: int, size: int
 ) -> dict[str, Any]:
-    """One run of ``layout`` (``one`` or ``two``) in a fresh directory under ``directory``,
-    removed afterwards: adds/s, the bookies' CPU µs per add, the worse client p99 (ms)."""
+    """One run of ``layout`` (:data:`LAYOUTS`) in a fresh directory under ``directory``,
+    removed afterwards: adds/s, the bookies' CPU µs per add, the worse client p99 (ms), and
+    for ``relay`` the relay's CPU µs per add."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
     if ledgers < CLIENTS or adds < CLIENTS:
@@ -105,20 +140,24 @@ def run_layout(
     root = Path(tempfile.mkdtemp(prefix="bench-shards-", dir=directory))
     settings = [f"{k}={v}" for k, v in SETTINGS.items()]
     per_client = ledgers // CLIENTS
+    relay_cpu = 0.0
     try:
         with contextlib.ExitStack() as stack:
             bookies = [
                 stack.enter_context(bookie_process(root / f"shard{n}", *settings))
                 for n in range(CLIENTS if layout == "two" else 1)
             ]
+            ports = [b.bookie_port for b in bookies]
+            relay = None
+            if layout == "relay":
+                relay, relay_port = _start_relay(ports[0])
+                stack.callback(_stop_relay, relay)
+                ports = [relay_port]
             cpu_before = [process_cpu_seconds(b.proc.pid) for b in bookies]
+            relay_before = 0.0 if relay is None else process_cpu_seconds(relay.pid)
             clients = [
                 _client(
-                    bookies[n % len(bookies)].bookie_port,
-                    per_client,
-                    1 + n * per_client,
-                    adds // CLIENTS,
-                    size,
+                    ports[n % len(ports)], per_client, 1 + n * per_client, adds // CLIENTS, size
                 )
                 for n in range(CLIENTS)
             ]
@@ -127,6 +166,8 @@ def run_layout(
                 process_cpu_seconds(b.proc.pid) - before
                 for b, before in zip(bookies, cpu_before, strict=True)
             )
+            if relay is not None:
+                relay_cpu = process_cpu_seconds(relay.pid) - relay_before
             for bookie in bookies:
                 bookie.stop()
     finally:
@@ -141,6 +182,7 @@ def run_layout(
     return {
         "adds_per_second": done / max(float(s["seconds"]) for s in summaries),
         "cpu_us_per_add": cpu / done * 1e6,
+        "relay_cpu_us_per_add": relay_cpu / done * 1e6,
         "p99_ms": max(float(s["p99_ms"]) for s in summaries),
     }
 
@@ -149,22 +191,25 @@ def run_shards_benchmark(
     args: argparse.Namespace, step: Callable[[str], None], directory: Path
 ) -> dict[str, Figure]:
     specs = []
-    for layout, name in (("one", "one process"), ("two", "two shards")):
+    for layout, name in LAYOUT_NAMES.items():
         specs += [
             (f"{layout}AddsPerSecond", f"peak adds/s, {name}", "adds/s"),
             (f"{layout}CpuUs", f"bookie CPU per add, {name}", "µs/add"),
             (f"{layout}P99Ms", f"p99 at the peak, {name} (worse client)", "ms"),
         ]
+    specs.append(("relayRelayCpuUs", "the relay's CPU per add (the forwarding toll)", "µs/add"))
     figures = new_figures(specs)
     for run in range(1, args.repeats + 1):
         for layout in LAYOUTS:
-            step(f"run {run}: {'one process' if layout == 'one' else 'two shards'}")
+            step(f"run {run}: {LAYOUT_NAMES[layout]}")
             result = run_layout(
                 layout, directory, adds=args.adds, ledgers=args.ledgers, size=args.size
             )
             figures[f"{layout}AddsPerSecond"].runs.append(round(result["adds_per_second"], 1))
             figures[f"{layout}CpuUs"].runs.append(round(result["cpu_us_per_add"], 2))
             figures[f"{layout}P99Ms"].runs.append(round(result["p99_ms"], 2))
+            if layout == "relay":
+                figures["relayRelayCpuUs"].runs.append(round(result["relay_cpu_us_per_add"], 2))
     return figures
 
 
