@@ -218,6 +218,10 @@ def test_listfilesondisc_and_readlog_by_id(
     assert all(p.endswith(".idx") for p in out[heads[2] + 1 :])
     assert out[heads[1] - 1] == ""
     assert out[heads[2] - 1] == ""
+    # Without a kind, upstream prints nothing; a line on stderr says why.
+    out, err = shell(capsys, "listfilesondisc", "-conf", str(conf))
+    assert out == []
+    assert err == "listfilesondisc: nothing asked for: give -txn, -log and/or -idx\n"
 
     written = sorted(logs, key=lambda p: p.rsplit("/", 1)[1])[0]
     log_id = int(written.rsplit("/", 1)[1].removesuffix(".log"), 16)

@@ -70,6 +70,10 @@ def _section(out: Out, title: str, paths: list[Path], blank_after: bool) -> None
 
 def listfilesondisc(args: argparse.Namespace, out: Out) -> int:
     conf: BookieConfig = args.loaded_conf
+    if not (args.journal or args.entrylog or args.index):
+        # Upstream prints nothing then; a line on stderr says why, stdout stays upstream's.
+        print("listfilesondisc: nothing asked for: give -txn, -log and/or -idx", file=sys.stderr)
+        return 0
     if args.journal:
         journals = files_sorted(conf.effective_journal_directories, "txn")
         _section(out, "Journal Files", journals, True)
