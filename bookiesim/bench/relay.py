@@ -23,11 +23,15 @@ import contextlib
 import json
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import trio
 
 from bookiesim.proto.frames import FrameDecoder, encode_frame
 from bookiesim.proto.v3 import parse_request
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["main", "relay_connection"]
 
@@ -44,28 +48,27 @@ def ledger_of(frame: bytes) -> int:
     return 0
 
 
-async def _requests(source: trio.SocketStream, owner: trio.SocketStream) -> None:
+async def _frames(
+    source: trio.SocketStream, sink: trio.SocketStream, route: Callable[[bytes], int] | None
+) -> None:
+    """Whole frames from ``source`` to ``sink`` (a shard interleaves its own responses with
+    forwarded ones, so it must write whole frames), each first given to ``route``: a shard's
+    routing decision for a request (one owner here, so the answer goes unused)."""
     decoder = FrameDecoder()
     while data := await source.receive_some(RECEIVE_SIZE):
         decoder.receive_data(data)
         out = bytearray()
         for frame in decoder.next_frames():
-            ledger_of(frame)  # a shard's routing decision; one owner here
+            if route is not None:
+                route(frame)
             out += encode_frame(frame)
         if out:
-            await owner.send_all(out)
+            await sink.send_all(out)
+
+
+async def _requests(client: trio.SocketStream, owner: trio.SocketStream) -> None:
+    await _frames(client, owner, ledger_of)
     await owner.send_eof()
-
-
-async def _responses(owner: trio.SocketStream, client: trio.SocketStream) -> None:
-    decoder = FrameDecoder()
-    while data := await owner.receive_some(RECEIVE_SIZE):
-        decoder.receive_data(data)
-        out = bytearray()
-        for frame in decoder.next_frames():
-            out += encode_frame(frame)  # whole frames only: a shard interleaves its own
-        if out:
-            await client.send_all(out)
 
 
 async def relay_connection(client: trio.SocketStream, to_port: int) -> None:
@@ -76,7 +79,7 @@ async def relay_connection(client: trio.SocketStream, to_port: int) -> None:
         trio.open_nursery() as nursery,
     ):
         nursery.start_soon(_requests, client, owner)
-        await _responses(owner, client)
+        await _frames(owner, client, None)
         nursery.cancel_scope.cancel()
 
 
