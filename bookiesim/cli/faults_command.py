@@ -58,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "seeds, InterleavedLedgerStorage for odd ones)",
     )
     p.add_argument(
+        "--journals",
+        type=int,
+        default=defaults.journals,
+        help="journal directories per bookie (default 1; more: a journal each, ledger L's "
+        "records in journal L mod n)",
+    )
+    p.add_argument(
         "--inject-bug",
         action="append",
         default=[],
@@ -81,9 +88,11 @@ def _settings(args: argparse.Namespace) -> SimSettings:
         or args.steps < 0
         or args.bookies < 3
         or min(args.writers, args.recoverers) < 1
+        or args.journals < 1
     ):
         raise ValueError(
-            "need --seeds >= 1, --steps >= 0, --bookies >= 3, --writers and --recoverers >= 1"
+            "need --seeds >= 1, --steps >= 0, --bookies >= 3, --writers and --recoverers >= 1, "
+            "--journals >= 1"
         )
     kinds = frozenset(FAULT_KINDS)
     if args.faults is not None:
@@ -103,6 +112,7 @@ def _settings(args: argparse.Namespace) -> SimSettings:
         faults=kinds,
         bugs=bugs,
         ledger_storage=args.ledger_storage,
+        journals=args.journals,
     )
 
 

@@ -96,6 +96,9 @@ class SimSettings:
     storage (the default) for even seeds, the interleaved one for odd seeds, so that every
     campaign covers both and the regressions found before the sorted storage existed keep
     their seeds."""
+    journals: int = 1
+    """Journal directories per bookie (``journalDirectories``): with more than one, each
+    ledger's records go to journal ``ledgerId mod n``, each journal with its own mark."""
 
     @property
     def ledger_storage_class(self) -> str:
@@ -123,6 +126,8 @@ class SimSettings:
             parts.append(f"--faults {','.join(sorted(self.faults)) or 'none'}")
         if self.ledger_storage != defaults.ledger_storage:
             parts.append(f"--ledger-storage {self.ledger_storage}")
+        if self.journals != defaults.journals:
+            parts.append(f"--journals {self.journals}")
         parts.extend(f"--inject-bug {bug}" for bug in sorted(self.bugs))
         return " ".join(parts)
 
@@ -272,6 +277,7 @@ class Simulation:
                         **bookie_overrides(self.settings.bugs),
                         "ledgerStorageClass": self.settings.ledger_storage_class,
                     },
+                    journals=self.settings.journals,
                     autorecovery=(
                         autorecovery_config(**autorecovery_flags(self.settings.bugs))
                         if "lose" in self.settings.faults

@@ -321,6 +321,7 @@ class SimCluster:
         *,
         disk: SimDisk,
         overrides: dict[str, object] | None = None,
+        journals: int = 1,
         autorecovery: AutoRecoveryConfig | None = None,
         client_config: Callable[[str], ClientConfig] = lambda name: ClientConfig(),
     ) -> None:
@@ -339,13 +340,15 @@ class SimCluster:
         self.bookies: dict[str, SimBookie] = {}
         for n in range(1, bookies + 1):
             broot = root / f"bookie{n}"
-            cfg = BookieConfig.from_mapping(
-                {
-                    **settings,
-                    "journalDirectory": str(broot / "journal"),
-                    "ledgerDirectories": str(broot / "ledgers"),
-                }
-            )
+            dirs: dict[str, object] = {
+                "journalDirectory": str(broot / "journal"),
+                "ledgerDirectories": str(broot / "ledgers"),
+            }
+            if journals > 1:
+                dirs["journalDirectories"] = ",".join(
+                    str(broot / f"journal-{i}") for i in range(journals)
+                )
+            cfg = BookieConfig.from_mapping({**settings, **dirs})
             sb = SimBookie(self, n, cfg)
             self.bookies[sb.bookie_id] = sb
 
