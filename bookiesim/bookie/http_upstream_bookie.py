@@ -46,7 +46,7 @@ from bookiesim.bookie.http_admin import (
     json_response,
     text_response,
 )
-from bookiesim.bookie.journal.log_mark import LastMarkFormatError, read_last_mark
+from bookiesim.bookie.journal.log_mark import LastMarkFormatError, mark_index, read_last_mark
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -179,9 +179,7 @@ class _BookieRoutes:
         answer: dict[str, str] = {}
         try:
             for index in range(len(journals)):
-                mark = read_last_mark(
-                    self.cfg.ledger_directories, None if len(journals) == 1 else index
-                )
+                mark = read_last_mark(self.cfg.ledger_directories, mark_index(index, len(journals)))
                 key = f"LastLogMark: Journal Id - {mark.file_id}({mark.file_id:x}.txn)"
                 answer[key] = f"Pos - {mark.offset}"
         except (OSError, LastMarkFormatError) as exc:

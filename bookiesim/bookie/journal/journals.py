@@ -15,7 +15,6 @@ from ``lastMark`` (the next checkpoint writes ``lastMark.0``).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import trio
@@ -23,13 +22,15 @@ import trio
 from bookiesim.bookie.journal.files import delete_old_journals
 from bookiesim.bookie.journal.log_mark import (
     LogMark,
-    last_mark_name,
+    has_last_mark,
+    mark_index,
     read_last_mark,
     write_last_mark,
 )
 from bookiesim.bookie.journal.scan import replay
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Iterable, Sequence
 
     from bookiesim.bookie.journal.files import JournalWriter
@@ -49,18 +50,14 @@ class Journals:
         self.services: tuple[JournalService, ...] = tuple(services)
         self._writers = tuple(writers)
 
-    def __len__(self) -> int:
-        return len(self.services)
-
     def for_ledger(self, ledger_id: int) -> JournalService:
         """The journal that holds every record of ``ledger_id`` (upstream's getJournal)."""
         services = self.services
         return services[ledger_id % len(services)]
 
     def mark_index(self, index: int) -> int | None:
-        """The ``journal_index`` of journal ``index``'s lastMark file: None (``lastMark``)
-        when there is one journal, as upstream names it."""
-        return None if len(self.services) == 1 else index
+        """The ``journal_index`` of journal ``index``'s lastMark file (:func:`mark_index`)."""
+        return mark_index(index, len(self.services))
 
     @property
     def synced_marks(self) -> tuple[LogMark, ...]:
@@ -109,7 +106,7 @@ class Journals:
         """Each journal's persisted mark (``LogMark(0, 0)`` where none was written)."""
         dirs = list(ledger_dirs)
         marks = [read_last_mark(dirs, self.mark_index(i)) for i in range(len(self.services))]
-        if len(marks) > 1 and not _has_mark_file(dirs, 0):
+        if len(marks) > 1 and not has_last_mark(dirs, 0):
             marks[0] = max(marks[0], read_last_mark(dirs))  # an earlier version's lastMark
         return marks
 
@@ -141,8 +138,8 @@ class Journals:
         stored_entry: StoredEntry | None = None,
     ) -> int:
         """Hand every record after each journal's mark to ``apply``, journal by journal (a
-        ledger's records are all in one), stopping at the files the writers just opened;
-        then make each writer's header durable. Returns the records replayed."""
+        ledger's records are all in one), stopping at the files the writers just opened.
+        Returns the records replayed; :meth:`sync_new_files` comes next."""
         count = 0
         for journal_dir, mark, writer in zip(journal_dirs, marks, self._writers, strict=True):
             for item in replay(journal_dir, mark, stored_entry=stored_entry):
@@ -160,8 +157,3 @@ class Journals:
             writer.flush()
             marks.append(writer.fsync())
         return marks
-
-
-def _has_mark_file(ledger_dirs: Sequence[str | os.PathLike[str]], index: int) -> bool:
-    name = last_mark_name(index)
-    return any(os.path.exists(os.path.join(os.fspath(d), "current", name)) for d in ledger_dirs)

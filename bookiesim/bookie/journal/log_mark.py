@@ -34,7 +34,9 @@ __all__ = [
     "LAST_MARK_SIZE",
     "LastMarkFormatError",
     "LogMark",
+    "has_last_mark",
     "last_mark_name",
+    "mark_index",
     "read_last_mark",
     "write_last_mark",
 ]
@@ -80,8 +82,21 @@ def last_mark_name(journal_index: int | None = None) -> str:
     return LAST_MARK_FILE if journal_index is None else f"{LAST_MARK_FILE}.{journal_index}"
 
 
+def mark_index(journal: int, journals: int) -> int | None:
+    """The ``journal_index`` of journal ``journal``'s mark among ``journals``: None
+    (``lastMark``) when there is one journal, as upstream names it, else ``journal``."""
+    return None if journals == 1 else journal
+
+
 def _mark_path(ledger_dir: str | os.PathLike[str], journal_index: int | None) -> str:
     return os.path.join(os.fspath(ledger_dir), "current", last_mark_name(journal_index))
+
+
+def has_last_mark(
+    ledger_dirs: Iterable[str | os.PathLike[str]], journal_index: int | None = None
+) -> bool:
+    """Whether any ledger dir holds that journal's mark file (whatever it holds)."""
+    return any(os.path.exists(_mark_path(d, journal_index)) for d in ledger_dirs)
 
 
 def _read_one(path: str) -> LogMark | None:
