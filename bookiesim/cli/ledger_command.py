@@ -51,9 +51,11 @@ from rich.progress import Progress
 from bookiesim.cli.client_actions import (
     Action,
     CommandError,
+    FailedAfter,
     Interrupted,
     cluster_tls,
     entry_json,
+    expected_error,
     generated_payload,
     metadata_json,
     metadata_uri,
@@ -70,6 +72,7 @@ from bookiesim.client import (
 )
 from bookiesim.console import Column, LineWriter, StreamTable
 from bookiesim.metadata.cluster import require_cluster
+from bookiesim.metadata.errors import MetadataError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -283,7 +286,20 @@ async def write(args: argparse.Namespace, out: LineWriter, console: Console) -> 
                 caught_up=out.flush if args.print_ids else None,
             )
 
-        if await until_interrupted(work):
+        try:
+            interrupted = await until_interrupted(work)
+        except (BKError, MetadataError, BaseExceptionGroup) as raised:
+            # The adds run in nurseries: a bookie's refusal may come wrapped in a group.
+            exc = expected_error(raised, (BKError, MetadataError))
+            acknowledged, last = _acknowledged(writer, first)
+            if exc is None or not acknowledged:
+                raise
+            # A user who broke the cluster on purpose needs to know which entries to find.
+            raise FailedAfter(
+                f"ledger {args.ledger_id}: {acknowledged} entries acknowledged, "
+                f"ids {first}..{last}, then: {exc}"
+            ) from raised
+        if interrupted:
             raise Interrupted(await _interrupted_write(args.ledger_id, writer, first))
         assert writer is not None
         # Without it the bookies' LAC would stop one short (each add carries the LAC before
@@ -307,6 +323,15 @@ async def write(args: argparse.Namespace, out: LineWriter, console: Console) -> 
         out.line(f"ledger {args.ledger_id}: nothing to write")
 
 
+def _acknowledged(writer: LedgerHandle | None, first: int) -> tuple[int, int]:
+    """(how many of this command's entries the bookies acknowledged, the last one's id):
+    adds complete in order, so they are ``first``..LAC."""
+    if writer is None:
+        return 0, first - 1
+    last = writer.last_add_confirmed
+    return max(0, last - first + 1), last
+
+
 async def _interrupted_write(ledger_id: int, writer: LedgerHandle | None, first: int) -> str:
     """What an interrupted ``write`` says: how many of its entries the bookies acknowledged
     (adds complete in order, so they are ``first``..LAC). The LAC is sent first, briefly,
@@ -314,8 +339,7 @@ async def _interrupted_write(ledger_id: int, writer: LedgerHandle | None, first:
     left to the next writer or recovery, like any writer's that stops."""
     if writer is None:
         return f"ledger {ledger_id}: interrupted before writing (nothing added)"
-    last = writer.last_add_confirmed
-    acknowledged = max(0, last - first + 1)
+    acknowledged, last = _acknowledged(writer, first)
     if acknowledged:
         with trio.move_on_after(INTERRUPTED_LAC_WAIT):
             await writer.write_lac()

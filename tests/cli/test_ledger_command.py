@@ -277,7 +277,8 @@ def test_a_fenced_write_says_so_in_one_line(
         code, out, err = writer.finish()
     assert code == 1
     line = one_line(err)
-    assert line.startswith(f"ledger write: ledger {lid}")
+    # What was acknowledged before the failure, for the user to look for, then why.
+    assert line.startswith(f"ledger write: ledger {lid}: 1 entries acknowledged, ids 0..0, then: ")
     assert "fenced" in line
 
 
