@@ -36,6 +36,7 @@ from bookiesim.proto.v3 import encode_add_response
 
 if TYPE_CHECKING:
     from bookiesim.bookie.handlers import Respond
+    from bookiesim.proto.v3_add import AddFields
 
 
 class NoStorageProcessor:
@@ -66,12 +67,18 @@ class NoStorageProcessor:
                 )
             )
             return
+        self._hold(request.addRequest.body, header.txnId, respond)
+
+    def process_add(self, frame: bytes, add: AddFields, respond: Respond) -> None:
+        self._hold(add.body, add.txn_id, respond)
+
+    def _hold(self, body: bytes, txn_id: int, respond: Respond) -> None:
         # Ids from the body, as the bookie takes them: the same parsing cost per add.
-        ids = entry_header(request.addRequest.body)
+        ids = entry_header(body)
         if not self._group:
             self._opened_at = trio.current_time()
             self._wake.set()
-        self._group.append((respond, header.txnId, ids.ledger_id, ids.entry_id))
+        self._group.append((respond, txn_id, ids.ledger_id, ids.entry_id))
 
     async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
         raise AssertionError("needs_task is never true here")

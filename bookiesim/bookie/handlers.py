@@ -30,10 +30,11 @@ from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto import v2
 from bookiesim.proto.availability import encode_availability
 from bookiesim.proto.frames import encode_frame
-from bookiesim.proto.v3 import encode_add_response, error_response, response_for
+from bookiesim.proto.v3 import encode_add_response, error_response, parse_request, response_for
 
 if TYPE_CHECKING:
     from bookiesim.bookie.bookie import Bookie
+    from bookiesim.proto.v3_add import AddFields
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +210,61 @@ class RequestProcessor:
     def _add(self, request: pb.Request, started: float, respond: Respond) -> pb.Response | None:
         self._require(request, "addRequest")
         add = request.addRequest
-        recovery = add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD
-        deferred = bool(add.writeFlags & DEFERRED_SYNC) if add.HasField("writeFlags") else False
-        # Ids come from the body, not from AddRequest's fields (upstream does the same).
-        header = entry_header(add.body)
+        self._add_entry(
+            add.body,
+            add.masterKey,
+            request.header.txnId,
+            recovery=add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD,
+            write_flags=add.writeFlags,
+            high_priority=request.header.priority > 0,  # upstream's RequestUtils.isHighPriority
+            started=started,
+            respond=respond,
+        )
+        return None
 
-        txn_id = request.header.txnId
+    def process_add(self, frame: bytes, add: AddFields, respond: Respond) -> None:
+        """:meth:`process` of a plain v3 add that :func:`~bookiesim.proto.v3_add.parse_add`
+        read from ``frame`` without a protobuf object: the same add, the same answers. A
+        refusal (rare) parses the frame after all, for the error answer's ids."""
+        started = time.perf_counter()
+        try:
+            self._add_entry(
+                add.body,
+                add.master_key,
+                add.txn_id,
+                recovery=add.recovery,
+                write_flags=add.write_flags,
+                high_priority=add.high_priority,
+                started=started,
+                respond=respond,
+            )
+            return
+        except BookieError as exc:
+            status = exc.status
+        except DISK_ERRORS as exc:
+            _disk_error(OPERATION_NAMES[pb.ADD_ENTRY], exc)
+            status = pb.EIO
+        except Exception:
+            log.exception("unexpected error handling %s", OPERATION_NAMES[pb.ADD_ENTRY])
+            status = pb.EBADREQ
+        request = parse_request(frame)
+        self._finish(request, error_response(request, status), started, respond)
+
+    def _add_entry(
+        self,
+        body: bytes,
+        master_key: bytes,
+        txn_id: int,
+        *,
+        recovery: bool,
+        write_flags: int,
+        high_priority: bool,
+        started: float,
+        respond: Respond,
+    ) -> None:
+        """Store and journal one v3 add; the answer goes out from the journal's callback."""
+        # Ids come from the body, not from AddRequest's fields (upstream does the same).
+        header = entry_header(body)
         metrics = self.metrics
 
         def done(error: BaseException | None) -> None:
@@ -225,15 +275,14 @@ class RequestProcessor:
             )
 
         self.bookie.add_entry(
-            add.body,
-            add.masterKey,
+            body,
+            master_key,
             done,
             recovery=recovery,
-            ack_before_sync=deferred,
+            ack_before_sync=bool(write_flags & DEFERRED_SYNC),
             header=header,
-            high_priority=request.header.priority > 0,  # upstream's RequestUtils.isHighPriority
+            high_priority=high_priority,
         )
-        return None
 
     def _read(self, request: pb.Request, started: float, respond: Respond) -> pb.Response:
         self._require(request, "readRequest")
@@ -417,7 +466,7 @@ class RequestProcessor:
             self._finish_v2(request, _auth_response_v2(), pb.EOK, started, respond)
             return
         if not 0 <= request.version <= v2.CURRENT_PROTOCOL_VERSION:
-            response = _error_v2(request, pb.EBADVERSION)
+            response = v2.error_response(request, pb.EBADVERSION)
             self._finish_v2(request, response, pb.EBADVERSION, started, respond)
             return
         try:
@@ -429,13 +478,13 @@ class RequestProcessor:
                 self.check_fence_key(request.ledger_id, request.master_key)
             response = self._read_v2(request)
         except BookieError as exc:
-            response = _error_v2(request, exc.status)
+            response = v2.error_response(request, exc.status)
         except DISK_ERRORS as exc:
-            _disk_error(V2_NAMES[_opcode(request)], exc)
-            response = _error_v2(request, pb.EIO)
+            _disk_error(V2_NAMES[v2.opcode_of(request)], exc)
+            response = v2.error_response(request, pb.EIO)
         except Exception:
             log.exception("unexpected error handling a v2 %s", type(request).__name__)
-            response = _error_v2(request, pb.EBADREQ)
+            response = v2.error_response(request, pb.EBADREQ)
         self._finish_v2(request, response, response.error_code, started, respond)
 
     async def process_waiting_v2(self, request: v2.V2Request, respond: Respond) -> None:
@@ -443,20 +492,20 @@ class RequestProcessor:
         started = time.perf_counter()
         assert isinstance(request, v2.ReadRequest | v2.BatchReadRequest)
         if not 0 <= request.version <= v2.CURRENT_PROTOCOL_VERSION:
-            response = _error_v2(request, pb.EBADVERSION)
+            response = v2.error_response(request, pb.EBADVERSION)
             self._finish_v2(request, response, pb.EBADVERSION, started, respond)
             return
         try:
             await self.fence(request.ledger_id, request.master_key)
             response = self._read_v2(request)
         except BookieError as exc:
-            response = _error_v2(request, exc.status)
+            response = v2.error_response(request, exc.status)
         except DISK_ERRORS as exc:
-            _disk_error(V2_NAMES[_opcode(request)], exc)
-            response = _error_v2(request, pb.EIO)
+            _disk_error(V2_NAMES[v2.opcode_of(request)], exc)
+            response = v2.error_response(request, pb.EIO)
         except Exception:
             log.exception("unexpected error in a waiting v2 read")
-            response = _error_v2(request, pb.EBADREQ)
+            response = v2.error_response(request, pb.EBADREQ)
         self._finish_v2(request, response, response.error_code, started, respond)
 
     def _finish_v2(
@@ -467,7 +516,7 @@ class RequestProcessor:
         started: float,
         respond: Respond,
     ) -> None:
-        op = V2_NAMES[_opcode(request)]
+        op = V2_NAMES[v2.opcode_of(request)]
         name = v2.ErrorCode(status).name if status in _V2_CODES else str(status)
         self.metrics.request(op, name, time.perf_counter() - started)
         respond(encode_frame(v2.encode_response(response)))
@@ -540,31 +589,6 @@ def _master_key(read: pb.ReadRequest) -> bytes | None:
 
 
 _V2_CODES = frozenset(int(code) for code in v2.ErrorCode)
-
-
-def _opcode(request: v2.V2Request) -> v2.OpCode:
-    if isinstance(request, v2.AddRequest):
-        return v2.OpCode.ADD_ENTRY
-    if isinstance(request, v2.ReadRequest):
-        return v2.OpCode.READ_ENTRY
-    if isinstance(request, v2.BatchReadRequest):
-        return v2.OpCode.BATCH_READ_ENTRY
-    return v2.OpCode.AUTH
-
-
-def _error_v2(
-    request: v2.AddRequest | v2.ReadRequest | v2.BatchReadRequest, status: Status
-) -> v2.AddResponse | v2.ReadResponse | v2.BatchReadResponse:
-    """Upstream's ``ResponseBuilder.buildErrorResponse``: the request's ids and version, the
-    error code, no data."""
-    rc = v2.from_v3_status(status)
-    if isinstance(request, v2.AddRequest):
-        return v2.AddResponse(rc, request.ledger_id, request.entry_id, request.version)
-    if isinstance(request, v2.ReadRequest):
-        return v2.ReadResponse(rc, request.ledger_id, request.entry_id, b"", request.version)
-    return v2.BatchReadResponse(
-        rc, request.ledger_id, request.entry_id, request.request_id, (), request.version
-    )
 
 
 def _auth_response_v2() -> v2.AuthResponse:

@@ -22,7 +22,7 @@ process restarts, when the journal is replayed from the last mark persisted.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Self
+from typing import TYPE_CHECKING, Self, final
 
 import trio
 
@@ -80,16 +80,22 @@ class _FailureLatch:
             raise self.record(exc) from exc
 
 
-class EntryHeader(NamedTuple):
-    """A tuple, not a frozen dataclass: one is made per add, and a frozen dataclass's
-    ``__init__`` cost 0.58 us here against 0.24 us for ``_make``."""
+@final
+class EntryHeader:
+    """Ids and the client's LAC of one add. One is made per add: a native class where this
+    module is compiled (a NamedTuple's ``_make`` ran as interpreted Python there, and a
+    frozen dataclass's ``__init__`` cost 0.58 us against its 0.24 us when interpreted)."""
 
-    ledger_id: int
-    entry_id: int
-    lac: int
+    def __init__(self, ledger_id: int, entry_id: int, lac: int) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.lac = lac
+
+    def __repr__(self) -> str:
+        return f"EntryHeader(ledger_id={self.ledger_id}, entry_id={self.entry_id}, lac={self.lac})"
 
 
-_make_header = EntryHeader._make
+_IDS_AND_LAC = IDS_AND_LAC.unpack_from
 
 
 def entry_header(body: bytes) -> EntryHeader:
@@ -99,7 +105,8 @@ def entry_header(body: bytes) -> EntryHeader:
     if len(body) < LENGTH_OFFSET:  # ids only: the LAC is not there
         ledger_id, entry_id = IDS.unpack_from(body)
         return EntryHeader(ledger_id, entry_id, -1)
-    return _make_header(IDS_AND_LAC.unpack_from(body))
+    ledger_id, entry_id, lac = _IDS_AND_LAC(body)
+    return EntryHeader(ledger_id, entry_id, lac)
 
 
 class LedgerStorage:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from bookiesim.bookie.handlers import Respond
     from bookiesim.proto import BookkeeperProtocol_pb2 as pb
     from bookiesim.proto import v2
+    from bookiesim.proto.v3_add import AddFields
 
 __all__ = ["Processor", "V2Processor"]
 
@@ -38,6 +39,11 @@ class Processor(Protocol):
 
     async def process_waiting(self, request: pb.Request, respond: Respond) -> None:
         """Handle a request for which :meth:`needs_task` said yes."""
+        ...
+
+    def process_add(self, frame: bytes, add: AddFields, respond: Respond) -> None:
+        """Handle a plain v3 add read without a protobuf object (``add``, from ``frame``:
+        :func:`~bookiesim.proto.v3_add.parse_add`), as :meth:`process` would the parsed one."""
         ...
 
 

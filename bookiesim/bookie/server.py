@@ -42,6 +42,7 @@ from bookiesim.proto.frames import (
 )
 from bookiesim.proto.transport import FramedWriter
 from bookiesim.proto.v3 import parse_request
+from bookiesim.proto.v3_add import parse_add
 
 if TYPE_CHECKING:
     from bookiesim.bookie.handlers import Respond
@@ -145,6 +146,12 @@ class BookieServer:
                     return
                 decoder.receive_data(data)
                 while (frame := decoder.next_frame()) is not NEED_DATA:
+                    if secured is None and (add := parse_add(frame)) is not None:
+                        # The plain add, without a protobuf object (proto/v3_add.py).
+                        if (throttled := processor.throttle()) is not None:
+                            await throttled()
+                        processor.process_add(frame, add, respond)
+                        continue
                     try:
                         request = parse_request(frame)
                     except FrameError as exc:

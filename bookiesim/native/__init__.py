@@ -41,6 +41,7 @@ COMPILED_MODULES: Final = (
     "bookiesim.proto.entry_header",
     "bookiesim.proto.v2",
     "bookiesim.proto.v3",
+    "bookiesim.proto.v3_add",
     "bookiesim.proto.transport",
     "bookiesim.entrylog.format",
     "bookiesim.entrylog.buffered_channel",

@@ -70,7 +70,9 @@ __all__ = [
     "encode_add_response",
     "encode_request",
     "encode_response",
+    "error_response",
     "from_v3_status",
+    "opcode_of",
     "pack_header",
     "to_v3_status",
     "unpack_header",
@@ -518,3 +520,33 @@ def decode_response(frame: bytes) -> V2Response:
             pos += size
         return BatchReadResponse(rc, ledger_id, entry_id, request_id, tuple(entries), version)
     raise V2FrameError(f"v2 response with {_opcode_name(opcode)} ({_describe(frame)})")
+
+
+# -- error answers ---------------------------------------------------------------------------
+
+
+def opcode_of(request: V2Request) -> OpCode:
+    """The operation of a decoded request."""
+    if isinstance(request, AddRequest):
+        return OpCode.ADD_ENTRY
+    if isinstance(request, ReadRequest):
+        return OpCode.READ_ENTRY
+    if isinstance(request, BatchReadRequest):
+        return OpCode.BATCH_READ_ENTRY
+    return OpCode.AUTH
+
+
+def error_response(
+    request: AddRequest | ReadRequest | BatchReadRequest, status: pb.StatusCode.ValueType
+) -> AddResponse | ReadResponse | BatchReadResponse:
+    """The answer to ``request`` failing with the v3 ``status`` (:func:`from_v3_status`), as
+    upstream's ``ResponseBuilder.buildErrorResponse`` writes it: the request's ids and
+    version, the error code, no data."""
+    rc = from_v3_status(status)
+    if isinstance(request, AddRequest):
+        return AddResponse(rc, request.ledger_id, request.entry_id, request.version)
+    if isinstance(request, ReadRequest):
+        return ReadResponse(rc, request.ledger_id, request.entry_id, b"", request.version)
+    return BatchReadResponse(
+        rc, request.ledger_id, request.entry_id, request.request_id, (), request.version
+    )

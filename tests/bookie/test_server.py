@@ -87,6 +87,40 @@ async def test_master_key_mismatch_is_eua(tmp_path: Path) -> None:
         assert status(await c.read(1, 1)) == "ENOENTRY", "a rejected add must store nothing"
 
 
+async def test_plain_adds_and_adds_with_a_request_context_get_the_same_answers(
+    tmp_path: Path,
+) -> None:
+    """A plain add is read without a protobuf object (proto/v3_add.py); one carrying a field
+    that path does not read (a request context) takes the general path. Accepted or
+    refused, fenced or not, both get the same answer."""
+
+    async def both(c: BookieTestClient, entry_id: int, key: bytes) -> list[pb.Response]:
+        answers = []
+        for context in (False, True):
+            body = c.digest(4).package(entry_id, -1, entry_id + 1, b"e")
+            add = pb.AddRequest(ledgerId=4, entryId=entry_id, masterKey=key, body=body)
+            request = c.request(pb.ADD_ENTRY, addRequest=add)
+            if context:
+                request.requestContext.add(key="k", value="v")
+            answer = await c.conn.call(request)
+            answer.header.txnId = 0
+            answers.append(answer)
+        return answers
+
+    async with running_bookie(bookie_config(tmp_path)) as svc, bookie_client(svc) as c:
+        plain, general = await both(c, 0, c.key)
+        assert status(plain) == "EOK"
+        assert plain == general
+        plain, general = await both(c, 1, KEY_OTHER)
+        assert status(plain) == "EUA"
+        assert plain == general
+        assert plain.addResponse.entryId == 1, "a refusal names the request's ids"
+        assert status(await c.read(4, -1, fence=True)) == "EOK"
+        plain, general = await both(c, 2, c.key)
+        assert status(plain) == "EFENCED"
+        assert plain == general
+
+
 @pytest.mark.parametrize("storage", LEDGER_STORAGE_NAMES)
 async def test_fencing(tmp_path: Path, storage: str) -> None:
     cfg = bookie_config(tmp_path, ledger_storage_class=storage)
