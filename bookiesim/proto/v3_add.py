@@ -74,7 +74,9 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return value & _MASK_64, pos
+            # Nine bytes or fewer hold 63 bits, a small int to mypyc; only a tenth byte
+            # needs protobuf's cut to 64 bits (a big-int operation, kept off the usual path).
+            return (value & _MASK_64 if shift > 56 else value), pos
         shift += 7
     return 0, -1
 
