@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from bookiesim.metadata.errors import CorruptMetadataError
+from bookiesim.proto.varint import read_varint, varint
 
 __all__ = ["METADATA_FORMAT_VERSION", "METADATA_HEADER", "frame_metadata", "unframe_metadata"]
 
@@ -24,7 +25,7 @@ _MAX_VERSION_DIGITS: Final = 10
 
 def frame_metadata(body: bytes) -> bytes:
     """The stored form of a serialized ``LedgerMetadataFormat``: header, length, body."""
-    return METADATA_HEADER + _varint(len(body)) + body
+    return METADATA_HEADER + varint(len(body)) + body
 
 
 def unframe_metadata(data: bytes) -> bytes:
@@ -45,27 +46,14 @@ def unframe_metadata(data: bytes) -> bytes:
     return body
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        if n < 0x80:
-            out.append(n)
-            return bytes(out)
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-
-
 def _read_varint32(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    for shift in range(0, 35, 7):
-        if pos >= len(data):
-            raise CorruptMetadataError("ledger metadata truncated in the length prefix")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result & 0xFFFFFFFF, pos
-    raise CorruptMetadataError("malformed varint32 length prefix in ledger metadata")
+    """The frame's length prefix: a varint32 (at most five bytes), cut to 32 bits."""
+    value, after = read_varint(data, pos, len(data))
+    if after < 0 and len(data) - pos < 5:
+        raise CorruptMetadataError("ledger metadata truncated in the length prefix")
+    if after < 0 or after - pos > 5:
+        raise CorruptMetadataError("malformed varint32 length prefix in ledger metadata")
+    return value & 0xFFFFFFFF, after
 
 
 def _read_header(data: bytes) -> tuple[int, int]:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Final, final
 
+from bookiesim.proto.varint import read_varint
+
 __all__ = ["AddFields", "parse_add"]
 
 _VERSION_THREE: Final = 3
@@ -36,7 +38,6 @@ _HEADER_FIELD: Final = 1
 _ADD_REQUEST_FIELD: Final = 101
 
 _MASK_32: Final = 0xFFFFFFFF
-_MASK_64: Final = 0xFFFFFFFFFFFFFFFF
 _SIGN_32: Final = 0x80000000
 
 
@@ -64,23 +65,6 @@ class AddFields:
         """``writeFlags`` as protobuf's int32 reads it (0 when absent)."""
 
 
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it; position -1 when it runs past
-    ``end`` or over ten bytes (protobuf's DecodeError, left to the general path)."""
-    value = 0
-    shift = 0
-    while pos < end and shift < 70:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            # Nine bytes or fewer hold 63 bits, a small int to mypyc; only a tenth byte
-            # needs protobuf's cut to 64 bits (a big-int operation, kept off the usual path).
-            return (value & _MASK_64 if shift > 56 else value), pos
-        shift += 7
-    return 0, -1
-
-
 def _int32(value: int) -> int:
     """A varint as protobuf's int32 keeps it: its low 32 bits, signed."""
     value &= _MASK_32
@@ -92,10 +76,10 @@ def _header(data: bytes, pos: int, end: int) -> tuple[int, int]:
     it is not a version-3 ADD_ENTRY header read exactly."""
     version = operation = txn_id = priority = -1
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key, pos = read_varint(data, pos, end)
         if pos < 0 or key & 7 != _VARINT:
             return -1, 0
-        value, pos = _varint(data, pos, end)
+        value, pos = read_varint(data, pos, end)
         if pos < 0:
             return -1, 0
         field = key >> 3
@@ -122,13 +106,13 @@ def _add_request(data: bytes, pos: int, end: int, txn_id: int, priority: int) ->
     recovery = False
     write_flags = 0
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key, pos = read_varint(data, pos, end)
         if pos < 0:
             return None
         field = key >> 3
         wire = key & 7
         if wire == _LENGTH:
-            length, pos = _varint(data, pos, end)
+            length, pos = read_varint(data, pos, end)
             stop = pos + length
             if pos < 0 or stop > end:
                 return None
@@ -142,7 +126,7 @@ def _add_request(data: bytes, pos: int, end: int, txn_id: int, priority: int) ->
             continue
         if wire != _VARINT:
             return None
-        value, pos = _varint(data, pos, end)
+        value, pos = read_varint(data, pos, end)
         if pos < 0:
             return None
         if field == 1 and not ledger_seen:
@@ -169,10 +153,10 @@ def parse_add(frame: bytes) -> AddFields | None:
     pos = 0
     header_at = header_end = add_at = add_end = -1
     while pos < end:
-        key, pos = _varint(frame, pos, end)
+        key, pos = read_varint(frame, pos, end)
         if pos < 0 or key & 7 != _LENGTH:
             return None
-        length, pos = _varint(frame, pos, end)
+        length, pos = read_varint(frame, pos, end)
         stop = pos + length
         if pos < 0 or stop > end:
             return None

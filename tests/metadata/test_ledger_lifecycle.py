@@ -28,7 +28,6 @@ from bookiesim.metadata import (
 from bookiesim.metadata.ledger_format import (
     METADATA_HEADER,
     _read_varint32,
-    _varint,
     frame_metadata,
     unframe_metadata,
 )
@@ -39,6 +38,7 @@ from bookiesim.metadata.ledger_paths import (
     ledger_path,
     top_level_depth,
 )
+from bookiesim.proto.varint import varint
 
 BOOKIES = [f"b{i}:3181" for i in range(8)]
 
@@ -118,7 +118,7 @@ def test_frame_round_trip(body: bytes) -> None:
 
 @given(n=st.integers(0, 2**32 - 1))
 def test_varint32_round_trip(n: int) -> None:
-    encoded = _varint(n)
+    encoded = varint(n)
     assert _read_varint32(encoded + b"x", 0) == (n, len(encoded))
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.frames import encode_frame
 from bookiesim.proto.v3 import ERROR_SHAPES, encode_add_response, error_response, response_for
-from bookiesim.proto.varint import varint
+from bookiesim.proto.varint import read_varint, varint
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 
@@ -38,6 +38,19 @@ def test_varint_matches_protobuf(value: int) -> None:
     # AddResponse.ledgerId is field 2, an int64: tag 0x10, then the value's varint.
     encoded = pb.AddResponse(ledgerId=value).SerializePartialToString()
     assert b"\x10" + varint(value) == encoded
+
+
+@given(INT64, st.binary(max_size=4))
+def test_read_varint_reads_what_varint_writes(value: int, after: bytes) -> None:
+    encoded = varint(value)
+    data = encoded + after
+    assert read_varint(data, 0, len(data)) == (value % 2**64, len(encoded))
+    assert read_varint(encoded, 0, len(encoded) - 1)[1] == -1, "cut short: no value"
+
+
+def test_read_varint_refuses_more_than_ten_bytes() -> None:
+    assert read_varint(b"\x80" * 10 + b"\x01", 0, 11) == (0, -1)
+    assert read_varint(b"\xff" * 9 + b"\x7f", 0, 10) == (2**64 - 1, 10), "protobuf cuts to 64 bits"
 
 
 def test_varint_examples() -> None:
