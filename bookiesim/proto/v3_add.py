@@ -23,19 +23,34 @@ from __future__ import annotations
 
 from typing import Final, final
 
+from bookiesim.proto import BookkeeperProtocol_pb2 as pb
 from bookiesim.proto.varint import read_varint
 
 __all__ = ["AddFields", "parse_add"]
 
-_VERSION_THREE: Final = 3
-_ADD_ENTRY: Final = 2
-_RECOVERY_ADD: Final = 1
+# The enum values and field numbers come from the generated module, so they cannot drift
+# from the .proto; bound as Final, mypyc keeps them as C globals.
+_VERSION_THREE: Final[int] = pb.VERSION_THREE
+_ADD_ENTRY: Final[int] = pb.ADD_ENTRY
+_RECOVERY_ADD: Final[int] = pb.AddRequest.RECOVERY_ADD
 
 _VARINT: Final = 0
 _LENGTH: Final = 2
 
-_HEADER_FIELD: Final = 1
-_ADD_REQUEST_FIELD: Final = 101
+_HEADER_FIELD: Final[int] = pb.Request.HEADER_FIELD_NUMBER
+_ADD_REQUEST_FIELD: Final[int] = pb.Request.ADDREQUEST_FIELD_NUMBER
+
+_VERSION_FIELD: Final[int] = pb.BKPacketHeader.VERSION_FIELD_NUMBER
+_OPERATION_FIELD: Final[int] = pb.BKPacketHeader.OPERATION_FIELD_NUMBER
+_TXN_ID_FIELD: Final[int] = pb.BKPacketHeader.TXNID_FIELD_NUMBER
+_PRIORITY_FIELD: Final[int] = pb.BKPacketHeader.PRIORITY_FIELD_NUMBER
+
+_LEDGER_ID_FIELD: Final[int] = pb.AddRequest.LEDGERID_FIELD_NUMBER
+_ENTRY_ID_FIELD: Final[int] = pb.AddRequest.ENTRYID_FIELD_NUMBER
+_MASTER_KEY_FIELD: Final[int] = pb.AddRequest.MASTERKEY_FIELD_NUMBER
+_BODY_FIELD: Final[int] = pb.AddRequest.BODY_FIELD_NUMBER
+_WRITE_FLAGS_FIELD: Final[int] = pb.AddRequest.WRITEFLAGS_FIELD_NUMBER
+_FLAG_FIELD: Final[int] = pb.AddRequest.FLAG_FIELD_NUMBER
 
 _MASK_32: Final = 0xFFFFFFFF
 _SIGN_32: Final = 0x80000000
@@ -83,13 +98,13 @@ def _header(data: bytes, pos: int, end: int) -> tuple[int, int]:
         if pos < 0:
             return -1, 0
         field = key >> 3
-        if field == 1 and version < 0:
+        if field == _VERSION_FIELD and version < 0:
             version = value
-        elif field == 2 and operation < 0:
+        elif field == _OPERATION_FIELD and operation < 0:
             operation = value
-        elif field == 3 and txn_id < 0:
+        elif field == _TXN_ID_FIELD and txn_id < 0:
             txn_id = value
-        elif field == 4 and priority < 0:
+        elif field == _PRIORITY_FIELD and priority < 0:
             priority = value & _MASK_32
         else:
             return -1, 0
@@ -116,9 +131,9 @@ def _add_request(data: bytes, pos: int, end: int, txn_id: int, priority: int) ->
             stop = pos + length
             if pos < 0 or stop > end:
                 return None
-            if field == 3 and master_key is None:
+            if field == _MASTER_KEY_FIELD and master_key is None:
                 master_key = data[pos:stop]
-            elif field == 4 and body is None:
+            elif field == _BODY_FIELD and body is None:
                 body = data[pos:stop]
             else:
                 return None
@@ -129,14 +144,14 @@ def _add_request(data: bytes, pos: int, end: int, txn_id: int, priority: int) ->
         value, pos = read_varint(data, pos, end)
         if pos < 0:
             return None
-        if field == 1 and not ledger_seen:
+        if field == _LEDGER_ID_FIELD and not ledger_seen:
             ledger_seen = True
-        elif field == 2 and not entry_seen:
+        elif field == _ENTRY_ID_FIELD and not entry_seen:
             entry_seen = True
-        elif field == 5 and not flags_seen:
+        elif field == _WRITE_FLAGS_FIELD and not flags_seen:
             flags_seen = True
             write_flags = _int32(value)
-        elif field == 100 and not flag_seen and value == _RECOVERY_ADD:
+        elif field == _FLAG_FIELD and not flag_seen and value == _RECOVERY_ADD:
             flag_seen = True
             recovery = True
         else:
