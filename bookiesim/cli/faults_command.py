@@ -5,19 +5,29 @@ in virtual time, with crashes, partitions, lost and delayed messages, slow and f
 and the invariants of ``reference/invariants.md`` checked after every step. The summary
 gives seeds, failures, simulated and wall seconds; each failure its invariant, the end of
 its trace and the command that replays it exactly. Exit code 1 when any seed failed.
+Seeds run ``--jobs`` at a time, each in its own process (a seed's run is the same wherever
+it runs). Ctrl-C stops the campaign and its workers with one line saying how far it got
+(exit code 130).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bookiesim.console import make_console
 from bookiesim.sim.bugs import unknown_bugs
-from bookiesim.sim.campaign import BUGS, failure_report, run_campaign
+from bookiesim.sim.campaign import (
+    BUGS,
+    CampaignResult,
+    available_cores,
+    failure_report,
+    run_campaign,
+)
 from bookiesim.sim.plan import FAULT_KINDS
 from bookiesim.sim.runner import LEDGER_STORAGES, RunResult, SimSettings, quiet_logs
 
@@ -25,6 +35,8 @@ if TYPE_CHECKING:
     import argparse
 
 __all__ = ["main", "register"]
+
+INTERRUPTED = 130
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,6 +85,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"give a comma-separated list, for several): {', '.join(BUGS)}",
     )
     p.add_argument("--list-bugs", action="store_true", help="list the bugs --inject-bug knows")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=available_cores(),
+        help="seeds run at once, each in its own process (default: the cores this process "
+        f"may use, {available_cores()} here; 1 runs them all in this process)",
+    )
     p.add_argument("--trace-lines", type=int, default=15, help="trace lines per failure (15)")
     p.add_argument(
         "--json",
@@ -89,10 +108,11 @@ def _settings(args: argparse.Namespace) -> SimSettings:
         or args.bookies < 3
         or min(args.writers, args.recoverers) < 1
         or args.journals < 1
+        or args.jobs < 1
     ):
         raise ValueError(
             "need --seeds >= 1, --steps >= 0, --bookies >= 3, --writers and --recoverers >= 1, "
-            "--journals >= 1"
+            "--journals >= 1, --jobs >= 1"
         )
     kinds = frozenset(FAULT_KINDS)
     if args.faults is not None:
@@ -145,14 +165,36 @@ def main(args: argparse.Namespace) -> int:
         ) as progress,
     ):
         task = progress.add_task("seeds", total=args.seeds, failures=0)
-        failing = 0
+        finished: list[RunResult] = []
 
         def done(run: RunResult) -> None:
-            nonlocal failing
-            failing += not run.ok
-            progress.update(task, advance=1, failures=failing)
+            finished.append(run)
+            progress.update(task, advance=1, failures=sum(not r.ok for r in finished))
 
-        result = run_campaign(base, seeds, done)
+        result: CampaignResult | None = None
+        died: BaseException | None = None
+        try:
+            result = run_campaign(base, seeds, done, jobs=args.jobs)
+        except* KeyboardInterrupt:  # bare from the workers' loop, in a group from trio.run
+            progress.stop()
+        except* BrokenProcessPool as broken:
+            progress.stop()
+            died = broken.exceptions[0]
+    if died is not None:
+        err.print(
+            f"bookiesim sim faults: a worker process died ({died}) after {len(finished)} of "
+            f"{args.seeds} seeds; with --jobs 1 every seed runs in this process",
+            markup=False,
+        )
+        return 1
+    if result is None:
+        failing = ", ".join(str(r.settings.seed) for r in finished if not r.ok)
+        err.print(
+            f"bookiesim sim faults: interrupted after {len(finished)} of {args.seeds} seeds "
+            f"(failing so far: {failing or 'none'}; replay one with --seed N --seeds 1)",
+            markup=False,
+        )
+        return INTERRUPTED
     summary = result.summary()
     if args.json:
         for run in result.failures:
@@ -166,9 +208,11 @@ def main(args: argparse.Namespace) -> int:
             out.print(f"    {line}", markup=False)
         out.print(f"  replay: {report['replay']}", markup=False)
     rate = result.simulated_seconds / result.wall_seconds if result.wall_seconds else 0.0
+    per_cpu = result.simulated_seconds / result.cpu_seconds if result.cpu_seconds else 0.0
     out.print(
         f"seeds {summary['seeds']}, failures {summary['failures']}, simulated "
         f"{summary['simulated_seconds']:.1f} s, wall {summary['wall_seconds']:.1f} s "
-        f"({rate:.0f} simulated s per wall s)"
+        f"({rate:.0f} simulated s per wall s; {result.jobs} at once, "
+        f"{per_cpu:.0f} simulated s per CPU s)"
     )
     return 1 if result.failures else 0

@@ -142,6 +142,8 @@ class RunResult:
     wall_seconds: float
     digest: str
     counters: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+    """The process's CPU time while the run ran (its trio thread and any worker threads)."""
 
     @property
     def ok(self) -> bool:
@@ -161,6 +163,7 @@ def run_simulation(
     """Run one simulation (synchronously: it is its own ``trio.run``)."""
     sim = new_simulation(Simulation, settings, plan, root)
     started = time.perf_counter()
+    cpu_started = time.process_time()
     clock = trio.testing.MockClock(autojump_threshold=0)
     disk = SimDisk()
     try:
@@ -168,7 +171,9 @@ def run_simulation(
             trio.run(sim.main, disk, clock=clock)
     finally:
         shutil.rmtree(sim.root, ignore_errors=True)
-    return sim.result(disk, time.perf_counter() - started)
+    run = sim.result(disk, time.perf_counter() - started)
+    run.cpu_seconds = time.process_time() - cpu_started
+    return run
 
 
 def new_simulation(
@@ -194,9 +199,15 @@ def new_simulation(
             # Only where every shape still fits on the bookies left: otherwise writers and
             # recoveries would stall for want of bookies, which is not what is under test.
             plan = draw_loss(rng.stream("lose"), plan, bookie_names)
-    base = Path("/dev/shm") if root is None and Path("/dev/shm").is_dir() else root
-    workdir = Path(tempfile.mkdtemp(prefix="bookiesim-sim-", dir=base))
+    workdir = Path(tempfile.mkdtemp(prefix="bookiesim-sim-", dir=root or scratch_base()))
     return kind(settings, plan, workdir, History(), rng, clients)
+
+
+def scratch_base() -> Path | None:
+    """Where runs make their work directories: memory (``/dev/shm``) where there is one, else
+    the system's temporary directory (None)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else None
 
 
 class Simulation:

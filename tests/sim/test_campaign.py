@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -69,6 +72,110 @@ def test_a_few_seeds_pass() -> None:
     assert result.seeds == [1, 2, 3]
     assert [r.first_violation for r in result.failures] == []
     assert result.simulated_seconds > 10 * result.wall_seconds  # virtual time pays off
+
+
+def test_seeds_spread_over_processes_run_as_they_do_in_one() -> None:
+    """``--jobs 2``: each seed in a spawned worker process gives the history it gives here
+    (the same frames at the same virtual times), and the result lists seeds in seed order
+    whichever ends first."""
+    base = replace(SMALL, steps=2)
+    histories: dict[int, dict[int, tuple[str, list[str]]]] = {1: {}, 2: {}}
+    results = {
+        jobs: run_campaign(
+            base,
+            range(1, 4),
+            lambda run, jobs=jobs: histories[jobs].update(  # type: ignore[misc]
+                {run.settings.seed: (run.digest, run.trace)}
+            ),
+            jobs=jobs,
+        )
+        for jobs in (1, 2)
+    }
+    assert results[2].jobs == 2
+    assert results[2].seeds == results[1].seeds == [1, 2, 3]
+    assert results[2].simulated_seconds == results[1].simulated_seconds
+    assert results[2].cpu_seconds > 0
+    assert histories[2] == histories[1]
+    assert run_campaign(base, [5], jobs=4).jobs == 1  # never more workers than seeds
+
+
+def _two_worker_campaign() -> subprocess.Popen[str]:
+    """``bookiesim sim faults --seeds 6 --jobs 2`` in a process group of its own, hearing
+    SIGINT as a terminal's foreground job does (this test's runner may have it ignored)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bookiesim", "sim", "faults", "--seeds", "6", "--jobs", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def test_ctrl_c_stops_a_campaign_and_its_workers_in_one_line() -> None:
+    """^C to the command's process group (as a terminal sends it) mid-campaign with two
+    workers: exit 130, one line saying how far it got, no traceback, no worker left running
+    and no run's work directory left behind."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm: the runs' directories are elsewhere")  # pragma: no cover
+
+    def ours() -> set[str]:
+        return {p.name for p in shm.glob("bookiesim-*")}
+
+    before = ours()
+    proc = _two_worker_campaign()
+    deadline = time.monotonic() + 60
+    while not any(name.startswith("bookiesim-campaign-") for name in ours() - before):
+        assert proc.poll() is None, "the command ended before its campaign started"
+        assert time.monotonic() < deadline, "no campaign started within 60 s"
+        time.sleep(0.05)
+    time.sleep(0.3)  # the workers are starting (importing) or into their first seeds
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("bookiesim sim faults: interrupted after "), err
+    # Nothing of the group runs on (multiprocessing's resource tracker leaves last, when it
+    # sees the command's end of its pipe close).
+    deadline = time.monotonic() + 10
+    with pytest.raises(ProcessLookupError):  # noqa: PT012
+        while time.monotonic() < deadline:
+            os.killpg(proc.pid, 0)
+            time.sleep(0.05)
+    assert ours() - before == set()
+
+
+def _spawned_workers(parent: int) -> list[int]:
+    """The multiprocessing workers ``parent`` spawned (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == parent and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_worker_killed_mid_campaign_fails_it_in_one_line() -> None:
+    """A worker gone (the OOM killer's SIGKILL) must not leave the campaign waiting for the
+    seed it held: exit 1, one line naming it, the other worker stopped."""
+    proc = _two_worker_campaign()
+    deadline = time.monotonic() + 60
+    while len(workers := _spawned_workers(proc.pid)) < 2:
+        assert proc.poll() is None, "the command ended before its workers started"
+        assert time.monotonic() < deadline, "no workers within 60 s"
+        time.sleep(0.05)
+    time.sleep(1.0)
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    assert "bookiesim sim faults: a worker process died" in err.strip().splitlines()[-1], err
+    assert not _spawned_workers(proc.pid)
 
 
 def test_bookies_with_two_journals_keep_every_invariant_under_faults() -> None:
@@ -164,6 +271,8 @@ def test_cli_json_summary_is_the_last_line(capsys: pytest.CaptureFixture[str]) -
             "3",
             "--writers",
             "1",
+            "--jobs",
+            "2",
             "--json",
         ]
     )
@@ -175,9 +284,12 @@ def test_cli_json_summary_is_the_last_line(capsys: pytest.CaptureFixture[str]) -
         "failures",
         "simulated_seconds",
         "wall_seconds",
+        "cpu_seconds",
+        "jobs",
         "failing_seeds",
     }
     assert summary["seeds"] == 2
+    assert summary["jobs"] == 2
     assert summary["failures"] == 0
     assert summary["failing_seeds"] == []
     # The command quiets bookiesim's loggers while it runs, and only then: a warning logged
