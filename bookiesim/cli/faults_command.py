@@ -4,7 +4,8 @@ Each seed is one simulated run (``bookiesim.sim``): bookies, writers and recover
 in virtual time, with crashes, partitions, lost and delayed messages, slow and full disks,
 and the invariants of ``reference/invariants.md`` checked after every step. The summary
 gives seeds, failures, simulated and wall seconds; each failure its invariant, the end of
-its trace and the command that replays it exactly. Exit code 1 when any seed failed.
+its trace and the command that replays it exactly. Exit code 1 when any seed failed, 3
+when a worker process died before every seed had a verdict.
 Seeds run ``--jobs`` at a time, each in its own process (a seed's run is the same wherever
 it runs). Ctrl-C stops the campaign and its workers with one line saying how far it got
 (exit code 130).
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["main", "register"]
 
 INTERRUPTED = 130
+WORKER_DIED = 3
+"""Not 1 ("a seed failed", which ``make campaign`` reads as a bug switch caught): the seeds
+the dead worker held have no verdict."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -186,7 +190,7 @@ def main(args: argparse.Namespace) -> int:
             f"{args.seeds} seeds; with --jobs 1 every seed runs in this process",
             markup=False,
         )
-        return 1
+        return WORKER_DIED
     if result is None:
         failing = ", ".join(str(r.settings.seed) for r in finished if not r.ok)
         err.print(
