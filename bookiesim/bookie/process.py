@@ -381,7 +381,10 @@ async def run_until_signalled(
                     "pid": os.getpid(),
                     "metrics": f"http://{cfg.http_server_host}:{address.http_port}/metrics",
                     "ledgerDirectories": [str(d) for d in cfg.ledger_directories],
+                    # The first, as before (what a one-journal bookie's readers take), then
+                    # every journal directory (upstream's journalDirectories).
                     "journalDirectory": str(cfg.effective_journal_directories[0]),
+                    "journalDirectories": [str(d) for d in cfg.effective_journal_directories],
                 }
                 _announce(json.dumps(ready))
             nursery.start_soon(_stop_when_requested, service.bookie, nursery.cancel_scope, stopped)

@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bookiesim.bookie import exit_codes
 
@@ -56,6 +56,8 @@ class LocalBookie:
     """Popen's return code once stopped (negative: killed by that signal)."""
     killed: bool = False
     """True when it ignored SIGTERM for the whole stop timeout and got SIGKILL."""
+    ready: dict[str, Any] = field(default_factory=dict)
+    """Its ready line, parsed (empty until it is ready)."""
     _pending: bytes = field(default=b"", repr=False)
 
     @property
@@ -253,6 +255,7 @@ def _parse_ready(bookie: LocalBookie, line: bytes) -> None:
         bookie.bookie_port = int(port)
         # No admin API (the transport floor) announces no httpServerPort.
         bookie.http_port = int(ready.get("httpServerPort", 0))
+        bookie.ready = ready
     except (ValueError, KeyError, TypeError) as exc:
         raise ClusterError(
             f"{bookie.name}: unexpected ready line {line[:200]!r} ({exc}){_tail(bookie)}"

@@ -286,6 +286,15 @@ async def test_a_signalled_stop_reports_the_disk_errors_it_logged(tmp_path: Path
     assert any("final checkpoint failed" in e for e in failed), failed
 
 
+def test_the_ready_line_names_every_journal_directory(tmp_path: Path) -> None:
+    dirs = [tmp_path / "journal-a", tmp_path / "journal-b"]
+    with bookie_process(tmp_path, f"journalDirectories={dirs[0]},{dirs[1]}") as bookie:
+        assert bookie.ready["journalDirectories"] == [str(d) for d in dirs]
+        assert bookie.ready["journalDirectory"] == str(dirs[0])  # what it said before
+        assert bookie.ready["ledgerDirectories"] == [str(tmp_path / "ledgers")]
+        assert bookie.stop() == 0
+
+
 def test_two_journals_each_hold_their_ledgers_and_lose_nothing_to_kill_9(tmp_path: Path) -> None:
     # Upstream's journalDirectories: a journal per directory, ledger L's records all in
     # journal L mod 2, each journal replayed from its own mark (lastMark.0, lastMark.1).
