@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
-import trio.testing
 
 from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.sim.actors import ClientActor, Writer, WriterSettings
 from bookiesim.sim.bugs import autorecovery_flags, bookie_overrides, client_flags
+from bookiesim.sim.clock import virtual_clock
 from bookiesim.sim.disk import SimDisk
 from bookiesim.sim.history import History, Violation
 from bookiesim.sim.invariants import CheckerMemory, check_all
@@ -46,7 +46,7 @@ from bookiesim.sim.slow_writer import SlowWriter
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 __all__ = [
     "BY_SEED",
@@ -158,17 +158,21 @@ _S = TypeVar("_S", bound="Simulation")
 
 
 def run_simulation(
-    settings: SimSettings, plan: FaultPlan | None = None, root: Path | None = None
+    settings: SimSettings,
+    plan: FaultPlan | None = None,
+    root: Path | None = None,
+    instruments: Sequence[trio.abc.Instrument] = (),
 ) -> RunResult:
-    """Run one simulation (synchronously: it is its own ``trio.run``)."""
+    """Run one simulation (synchronously: it is its own ``trio.run``; ``instruments`` watch
+    its scheduling, as ``bench sim`` counts it)."""
     sim = new_simulation(Simulation, settings, plan, root)
     started = time.perf_counter()
     cpu_started = time.process_time()
-    clock = trio.testing.MockClock(autojump_threshold=0)
+    clock = virtual_clock()
     disk = SimDisk()
     try:
         with deterministic_run(settings.seed), disk.installed():
-            trio.run(sim.main, disk, clock=clock)
+            trio.run(sim.main, disk, clock=clock, instruments=instruments)
     finally:
         shutil.rmtree(sim.root, ignore_errors=True)
     run = sim.result(disk, time.perf_counter() - started)
