@@ -12,7 +12,12 @@ small timers: a checkpoint a second, GC every 4 s, log expiry after 6 s):
   second (target ≥ 1,000): it is what long virtual runs cost when little happens;
 * **busy**: ``--busy-seeds`` seeds of the default fault campaign (``bookiesim sim faults``:
   ``--busy-steps`` 30 plan steps, 2 writers, 3 recoverers, every fault family), each one
-  ``run_simulation``.
+  ``run_simulation``;
+* **trio's floor** under the busy seeds (:mod:`.trio_floor`): the same seeds run again,
+  untimed, with an instrument counting their task steps, run-loop passes and clock jumps;
+  then a trio program of tasks that only wait runs as many simulated seconds at those rates.
+  Its rate is what the busy seeds would reach if every task's own code cost nothing: the
+  bound trio's scheduling puts on them, beside the figure it bounds.
 
 Per repetition: simulated seconds per wall second of the idle stretch, of the whole
 idle-heavy run (start, writes and idle) and of the busy seeds, and seeds per minute of each
@@ -39,6 +44,7 @@ from bookiesim.bench.report import (
     new_figures,
     step_progress,
 )
+from bookiesim.bench.trio_floor import SchedulingCounter, run_floor
 from bookiesim.sim.runner import SimSettings, quiet_logs, run_simulation
 from bookiesim.sim.stepper import SimStepper
 
@@ -60,6 +66,12 @@ RATIOS = (
     ),
     Ratio(
         "idleVsBusy", "idle stretch vs busy seeds, simulated s per wall s", "idleRate", "busyRate"
+    ),
+    Ratio(
+        "busyVsTrioFloor",
+        "busy seeds vs trio's floor at their scheduling rates, simulated s per wall s",
+        "busyRate",
+        "busyTrioFloorRate",
     ),
 )
 
@@ -112,6 +124,10 @@ def _figures() -> dict[str, Figure]:
         ("busyRate", "busy (default campaign): simulated s per wall s", "sim s/s"),
         ("busySimulatedPerSeed", "busy: simulated seconds per seed", "s"),
         ("busySeedsPerMinute", "busy: seeds per minute", "seeds/min"),
+        ("busyTaskSteps", "busy: trio task steps per simulated s", "/sim s"),
+        ("busyRunLoopPasses", "busy: trio run-loop passes per simulated s", "/sim s"),
+        ("busyClockJumps", "busy: virtual clock jumps per simulated s", "/sim s"),
+        ("busyTrioFloorRate", "busy: trio's floor at those rates, sim s per wall s", "sim s/s"),
     ]
     return new_figures(specs)
 
@@ -124,12 +140,23 @@ def run_sim_benchmark(args: argparse.Namespace, step: Callable[[str], None]) -> 
         if idle.violations:
             raise RuntimeError(f"idle-heavy run {run} broke an invariant")
         simulated = wall = 0.0
-        for n in range(args.busy_seeds):
-            seed = (run - 1) * args.busy_seeds + n + 1
+        seeds = [(run - 1) * args.busy_seeds + n + 1 for n in range(args.busy_seeds)]
+        for seed in seeds:
             step(f"run {run}: busy, seed {seed}")
             result = run_simulation(SimSettings(seed=seed, steps=args.busy_steps))
             simulated += result.simulated_seconds
             wall += result.wall_seconds
+        # Counted apart: the instrument's own calls would slow the timed runs.
+        step(f"run {run}: trio's floor at the busy seeds' scheduling rates")
+        counter = SchedulingCounter()
+        counted = sum(
+            run_simulation(
+                SimSettings(seed=seed, steps=args.busy_steps), instruments=[counter]
+            ).simulated_seconds
+            for seed in seeds
+        )
+        rates = counter.rates(counted)
+        floor_wall = run_floor(rates, simulated)
         for key, value in (
             ("idleRate", idle.idle_simulated / idle.idle_wall),
             ("idleWallSeconds", idle.idle_wall),
@@ -139,6 +166,10 @@ def run_sim_benchmark(args: argparse.Namespace, step: Callable[[str], None]) -> 
             ("busyRate", simulated / wall),
             ("busySimulatedPerSeed", simulated / args.busy_seeds),
             ("busySeedsPerMinute", 60 * args.busy_seeds / wall),
+            ("busyTaskSteps", rates.steps),
+            ("busyRunLoopPasses", rates.passes),
+            ("busyClockJumps", rates.jumps),
+            ("busyTrioFloorRate", simulated / floor_wall),
         ):
             figures[key].runs.append(round(value, 3))
     return figures
@@ -192,7 +223,7 @@ def _main(args: argparse.Namespace) -> int:
         f"bench sim: {args.ledgers:,} ledgers then {args.idle:,.0f} s idle, "
         f"{args.busy_seeds} busy seed(s), {args.repeats} run(s) ({describe_machine(machine)})"
     )
-    with quiet_logs(), step_progress(bench.status, args.repeats * (1 + args.busy_seeds)) as step:
+    with quiet_logs(), step_progress(bench.status, args.repeats * (2 + args.busy_seeds)) as step:
         figures = run_sim_benchmark(args, step)
     settings: dict[str, object] = {
         "ledgers": args.ledgers,

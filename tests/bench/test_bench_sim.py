@@ -1,4 +1,5 @@
-"""``bookiesim bench sim`` runs end to end on a small idle-heavy run and one busy seed.
+"""``bookiesim bench sim`` runs end to end on a small idle-heavy run and one busy seed, with
+trio's floor under it.
 
 Why: a benchmark that breaks unnoticed records nothing; this runs it small (a few seconds)
 and checks that every figure and the 1,000 simulated-seconds-per-wall-second target are
@@ -39,6 +40,10 @@ def test_bench_sim_small(capsys: pytest.CaptureFixture[str]) -> None:
         "busyRate",
         "busySimulatedPerSeed",
         "busySeedsPerMinute",
+        "busyTaskSteps",
+        "busyRunLoopPasses",
+        "busyClockJumps",
+        "busyTrioFloorRate",
     }
     for figure in figures.values():
         assert len(figure["runs"]) == 1
@@ -46,6 +51,9 @@ def test_bench_sim_small(capsys: pytest.CaptureFixture[str]) -> None:
     # Virtual time pays off even when busy; idle time is cheaper still.
     assert figures["busyRate"]["min"] > 1
     assert figures["idleRate"]["min"] > figures["busyRate"]["min"]
+    # trio's floor bounds the busy seeds from above: the same scheduling, no work.
+    assert figures["busyTrioFloorRate"]["min"] > figures["busyRate"]["max"]
+    assert figures["busyTaskSteps"]["min"] > figures["busyClockJumps"]["min"]
     thresholds = {r["key"]: r["threshold"] for r in report["ratios"]}
     assert thresholds == {r.key: r.threshold for r in RATIOS}
     assert thresholds["idleVsTarget"] == 1.0
