@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
+import trio.testing
 
 from bookiesim.bookie.config import LEDGER_STORAGE_NAMES
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.metadata.ledgers import LedgerState
 from bookiesim.sim.actors import ClientActor, Writer, WriterSettings
 from bookiesim.sim.bugs import autorecovery_flags, bookie_overrides, client_flags
-from bookiesim.sim.clock import virtual_clock
 from bookiesim.sim.disk import SimDisk
 from bookiesim.sim.history import History, Violation
 from bookiesim.sim.invariants import CheckerMemory, check_all
@@ -168,7 +168,7 @@ def run_simulation(
     sim = new_simulation(Simulation, settings, plan, root)
     started = time.perf_counter()
     cpu_started = time.process_time()
-    clock = virtual_clock()
+    clock = trio.testing.MockClock(autojump_threshold=0)
     disk = SimDisk()
     try:
         with deterministic_run(settings.seed), disk.installed():

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
+import trio.testing
 
 from bookiesim.client.bookkeeper import ClientConfig
 from bookiesim.sim.actors import ClientActor, payload
-from bookiesim.sim.clock import virtual_clock
 from bookiesim.sim.disk import SimDisk
 from bookiesim.sim.history import History, Violation, WriterRecord
 from bookiesim.sim.invariants import CheckerMemory, check_all
@@ -75,7 +75,7 @@ def run_scenario(
     root = Path(tempfile.mkdtemp(prefix="bookiesim-scenario-"))
     try:
         with deterministic_run(seed), disk.installed():
-            trio.run(main, disk, root, clock=virtual_clock())
+            trio.run(main, disk, root, clock=trio.testing.MockClock(autojump_threshold=0))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return ScenarioResult(list(history.violations), facts, history.trace.lines)

@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import outcome
 import trio
 import trio.lowlevel
+import trio.testing
 
 from bookiesim.sim.actors import Writer, WriterSettings
-from bookiesim.sim.clock import virtual_clock
 from bookiesim.sim.disk import SimDisk
 from bookiesim.sim.plan import FaultPlan, Step
 from bookiesim.sim.rng import deterministic_run
@@ -68,7 +68,7 @@ class _SteppedSimulation(Simulation):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.clock = virtual_clock()
+        self.clock = trio.testing.MockClock(autojump_threshold=0)
         self.token: trio.lowlevel.TrioToken | None = None
         self.calls_in, self.calls = trio.open_memory_channel[_Call](math.inf)
         self.bursts: Writer | None = None

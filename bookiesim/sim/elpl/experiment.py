@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
+import trio.testing
 
 from bookiesim.autorecovery.config import AutoRecoveryConfig
 from bookiesim.bookie.config import CONFIG_KEYS, BookieConfig
-from bookiesim.sim.clock import virtual_clock
 from bookiesim.sim.elpl.run import RunResult, RunSpec, run_experiment_run
 from bookiesim.sim.elpl.workload import (
     ClusterShape,
@@ -230,7 +230,7 @@ def run_experiment(
         for run in config.runs:
             on_run_start(run)
             run_root = root / run.slug
-            clock = virtual_clock() if config.virtual_time else None
+            clock = trio.testing.MockClock(autojump_threshold=0) if config.virtual_time else None
 
             async def main(run: RunSpec = run, run_root: Path = run_root) -> RunResult:
                 return await run_experiment_run(
